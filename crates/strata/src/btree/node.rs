@@ -1,0 +1,386 @@
+//! B+-tree nodes in memory and on disk.
+//!
+//! A leaf holds sorted (key, value) entries; a value longer than the leaf's inline limit lives in
+//! its own blob block and the leaf keeps its id and length. An internal node holds n children and
+//! n - 1 separator keys: child i holds the keys k with keys[i-1] <= k < keys[i].
+//!
+//! Payload encoding (inside a checksummed block, little-endian):
+//! ```text
+//! leaf:     count u32, then per entry: klen u16, tag u8 (0 inline, 1 blob), vlen u32, key,
+//!           value bytes (inline) or blob id u64
+//! internal: count u32 (children), child0 u64, then per separator: klen u16, key, child u64
+//! ```
+//! `bytes` tracks the encoded payload size so that split and merge decisions are O(1).
+
+use crate::storage::block::kind;
+use crate::storage::{NodeId, StoredNode};
+
+pub const LEAF_FIXED: usize = 4;
+pub const INTERNAL_FIXED: usize = 12;
+/// Rough heap overhead of one entry (two Vec headers and allocator rounding), for the cache charge.
+const ENTRY_OVERHEAD: usize = 64;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Val {
+    Inline(Vec<u8>),
+    Blob { id: NodeId, len: u32 },
+}
+
+impl Val {
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            Val::Inline(v) => v.len(),
+            Val::Blob { .. } => 8,
+        }
+    }
+    pub fn logical_len(&self) -> usize {
+        match self {
+            Val::Inline(v) => v.len(),
+            Val::Blob { len, .. } => *len as usize,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Leaf {
+    pub keys: Vec<Vec<u8>>,
+    pub vals: Vec<Val>,
+    pub bytes: usize,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Internal {
+    pub keys: Vec<Vec<u8>>,
+    pub children: Vec<NodeId>,
+    pub bytes: usize,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Node {
+    Leaf(Leaf),
+    Internal(Internal),
+}
+
+pub fn leaf_entry_len(key: &[u8], val: &Val) -> usize {
+    7 + key.len() + val.encoded_len()
+}
+
+pub fn sep_len(key: &[u8]) -> usize {
+    10 + key.len()
+}
+
+impl Leaf {
+    pub fn new() -> Leaf {
+        Leaf {
+            keys: Vec::new(),
+            vals: Vec::new(),
+            bytes: LEAF_FIXED,
+        }
+    }
+
+    pub fn search(&self, key: &[u8]) -> Result<usize, usize> {
+        self.keys.binary_search_by(|k| k.as_slice().cmp(key))
+    }
+
+    pub fn insert_at(&mut self, i: usize, key: Vec<u8>, val: Val) {
+        self.bytes += leaf_entry_len(&key, &val);
+        self.keys.insert(i, key);
+        self.vals.insert(i, val);
+    }
+
+    /// Replace the value at `i`, returning the old one.
+    pub fn replace_at(&mut self, i: usize, val: Val) -> Val {
+        self.bytes = self.bytes + val.encoded_len() - self.vals[i].encoded_len();
+        std::mem::replace(&mut self.vals[i], val)
+    }
+
+    pub fn remove_at(&mut self, i: usize) -> (Vec<u8>, Val) {
+        let k = self.keys.remove(i);
+        let v = self.vals.remove(i);
+        self.bytes -= leaf_entry_len(&k, &v);
+        (k, v)
+    }
+
+    /// Move the entries from `at` on into a new leaf.
+    pub fn split_off(&mut self, at: usize) -> Leaf {
+        let keys = self.keys.split_off(at);
+        let vals = self.vals.split_off(at);
+        let moved: usize = keys
+            .iter()
+            .zip(&vals)
+            .map(|(k, v)| leaf_entry_len(k, v))
+            .sum();
+        self.bytes -= moved;
+        Leaf {
+            keys,
+            vals,
+            bytes: LEAF_FIXED + moved,
+        }
+    }
+
+    pub fn append(&mut self, other: &mut Leaf) {
+        self.bytes += other.bytes - LEAF_FIXED;
+        self.keys.append(&mut other.keys);
+        self.vals.append(&mut other.vals);
+        other.bytes = LEAF_FIXED;
+    }
+
+    /// The index that splits the entries into two halves of about equal bytes (each non-empty).
+    pub fn byte_midpoint(&self) -> usize {
+        let half = (self.bytes - LEAF_FIXED) / 2;
+        let mut acc = 0;
+        for (i, (k, v)) in self.keys.iter().zip(&self.vals).enumerate() {
+            acc += leaf_entry_len(k, v);
+            if acc >= half {
+                return (i + 1).clamp(1, self.keys.len() - 1);
+            }
+        }
+        self.keys.len() / 2
+    }
+}
+
+impl Internal {
+    /// The child that holds `key`.
+    pub fn child_for(&self, key: &[u8]) -> usize {
+        self.keys.partition_point(|s| s.as_slice() <= key)
+    }
+
+    /// The child that holds the largest keys strictly below `key`.
+    pub fn child_below(&self, key: &[u8]) -> usize {
+        self.keys.partition_point(|s| s.as_slice() < key)
+    }
+
+    /// Insert separator `key` with `child` to its right, after child `i`.
+    pub fn insert_after(&mut self, i: usize, key: Vec<u8>, child: NodeId) {
+        self.bytes += sep_len(&key);
+        self.keys.insert(i, key);
+        self.children.insert(i + 1, child);
+    }
+
+    /// Remove separator `i` and the child to its right.
+    pub fn remove_after(&mut self, i: usize) -> (Vec<u8>, NodeId) {
+        let k = self.keys.remove(i);
+        let c = self.children.remove(i + 1);
+        self.bytes -= sep_len(&k);
+        (k, c)
+    }
+
+    pub fn recount(&mut self) {
+        self.bytes = INTERNAL_FIXED + self.keys.iter().map(|k| sep_len(k)).sum::<usize>();
+    }
+
+    /// The separator index to move up when splitting: keys before it stay, keys after it move
+    /// right, chosen so both halves hold about equal bytes and at least two children.
+    pub fn split_point(&self) -> usize {
+        let half = (self.bytes - INTERNAL_FIXED) / 2;
+        let mut acc = 0;
+        for (i, k) in self.keys.iter().enumerate() {
+            acc += sep_len(k);
+            if acc >= half {
+                return i.clamp(1, self.keys.len() - 2);
+            }
+        }
+        self.keys.len() / 2
+    }
+}
+
+/// The shortest key s with `left < s <= right`, used as a leaf separator to keep internal nodes
+/// small (suffix truncation).
+pub fn shortest_separator(left: &[u8], right: &[u8]) -> Vec<u8> {
+    debug_assert!(left < right);
+    let common = left.iter().zip(right).take_while(|(a, b)| a == b).count();
+    right[..(common + 1).min(right.len())].to_vec()
+}
+
+impl StoredNode for Node {
+    fn charge(&self) -> usize {
+        match self {
+            Node::Leaf(l) => 128 + l.bytes + l.keys.len() * ENTRY_OVERHEAD,
+            Node::Internal(n) => 128 + n.bytes + n.keys.len() * (ENTRY_OVERHEAD / 2),
+        }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) -> u8 {
+        match self {
+            Node::Leaf(l) => {
+                out.reserve(l.bytes);
+                out.extend_from_slice(&(l.keys.len() as u32).to_le_bytes());
+                for (k, v) in l.keys.iter().zip(&l.vals) {
+                    out.extend_from_slice(&(k.len() as u16).to_le_bytes());
+                    match v {
+                        Val::Inline(b) => {
+                            out.push(0);
+                            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                            out.extend_from_slice(k);
+                            out.extend_from_slice(b);
+                        }
+                        Val::Blob { id, len } => {
+                            out.push(1);
+                            out.extend_from_slice(&len.to_le_bytes());
+                            out.extend_from_slice(k);
+                            out.extend_from_slice(&id.to_le_bytes());
+                        }
+                    }
+                }
+                kind::BTREE_LEAF
+            }
+            Node::Internal(n) => {
+                out.reserve(n.bytes);
+                out.extend_from_slice(&(n.children.len() as u32).to_le_bytes());
+                out.extend_from_slice(&n.children[0].to_le_bytes());
+                for (k, c) in n.keys.iter().zip(&n.children[1..]) {
+                    out.extend_from_slice(&(k.len() as u16).to_le_bytes());
+                    out.extend_from_slice(k);
+                    out.extend_from_slice(&c.to_le_bytes());
+                }
+                kind::BTREE_INTERNAL
+            }
+        }
+    }
+
+    fn decode(kind: u8, p: &[u8]) -> Result<Node, String> {
+        let mut r = Reader { p, at: 0 };
+        match kind {
+            kind::BTREE_LEAF => {
+                let n = r.u32()? as usize;
+                let mut l = Leaf::new();
+                l.keys.reserve(n);
+                l.vals.reserve(n);
+                for _ in 0..n {
+                    let klen = r.u16()? as usize;
+                    let tag = r.u8()?;
+                    let vlen = r.u32()?;
+                    let key = r.bytes(klen)?.to_vec();
+                    let val = match tag {
+                        0 => Val::Inline(r.bytes(vlen as usize)?.to_vec()),
+                        1 => Val::Blob {
+                            id: r.u64()?,
+                            len: vlen,
+                        },
+                        t => return Err(format!("unknown value tag {t}")),
+                    };
+                    if l.keys
+                        .last()
+                        .is_some_and(|p| p.as_slice() >= key.as_slice())
+                    {
+                        return Err("leaf keys out of order".into());
+                    }
+                    l.bytes += leaf_entry_len(&key, &val);
+                    l.keys.push(key);
+                    l.vals.push(val);
+                }
+                r.finish()?;
+                Ok(Node::Leaf(l))
+            }
+            kind::BTREE_INTERNAL => {
+                let n = r.u32()? as usize;
+                if n < 1 {
+                    return Err("internal node without children".into());
+                }
+                let mut node = Internal {
+                    keys: Vec::with_capacity(n - 1),
+                    children: Vec::with_capacity(n),
+                    bytes: 0,
+                };
+                node.children.push(r.u64()?);
+                for _ in 1..n {
+                    let klen = r.u16()? as usize;
+                    node.keys.push(r.bytes(klen)?.to_vec());
+                    node.children.push(r.u64()?);
+                }
+                r.finish()?;
+                node.recount();
+                Ok(Node::Internal(node))
+            }
+            k => Err(format!("block kind {k} is not a B+-tree node")),
+        }
+    }
+}
+
+struct Reader<'a> {
+    p: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.p.len());
+        let end =
+            end.ok_or_else(|| format!("truncated at byte {} of {}", self.at, self.p.len()))?;
+        let s = &self.p[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.bytes(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, String> {
+        Ok(u16::from_le_bytes(self.bytes(2)?.try_into().unwrap()))
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().unwrap()))
+    }
+    fn finish(&self) -> Result<(), String> {
+        if self.at == self.p.len() {
+            Ok(())
+        } else {
+            Err(format!("{} trailing bytes", self.p.len() - self.at))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_round_trip_and_track_their_size() {
+        let mut l = Leaf::new();
+        l.insert_at(0, b"b".to_vec(), Val::Inline(b"two".to_vec()));
+        l.insert_at(0, b"a".to_vec(), Val::Blob { id: 9, len: 70_000 });
+        let node = Node::Leaf(l.clone());
+        let mut buf = Vec::new();
+        let k = node.encode(&mut buf);
+        assert_eq!(buf.len(), l.bytes);
+        assert_eq!(Node::decode(k, &buf).unwrap(), node);
+
+        let mut n = Internal {
+            keys: vec![],
+            children: vec![1],
+            bytes: 0,
+        };
+        n.recount();
+        n.insert_after(0, b"m".to_vec(), 2);
+        let node = Node::Internal(n.clone());
+        buf.clear();
+        let k = node.encode(&mut buf);
+        assert_eq!(buf.len(), n.bytes);
+        assert_eq!(Node::decode(k, &buf).unwrap(), node);
+        assert!(Node::decode(k, &buf[..buf.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn separators_are_short_and_between() {
+        assert_eq!(shortest_separator(b"abc", b"abd"), b"abd");
+        assert_eq!(shortest_separator(b"ab", b"abzz"), b"abz");
+        assert_eq!(shortest_separator(b"apple", b"banana"), b"b");
+        assert_eq!(shortest_separator(b"", b"\x00"), b"\x00");
+    }
+
+    #[test]
+    fn child_routing_respects_separators() {
+        let n = Internal {
+            keys: vec![b"d".to_vec(), b"m".to_vec()],
+            children: vec![1, 2, 3],
+            bytes: 0,
+        };
+        assert_eq!(n.child_for(b"a"), 0);
+        assert_eq!(n.child_for(b"d"), 1);
+        assert_eq!(n.child_for(b"z"), 2);
+        assert_eq!(n.child_below(b"d"), 0);
+        assert_eq!(n.child_below(b"e"), 1);
+    }
+}

@@ -1,0 +1,426 @@
+//! `Db`: the database facade. It owns the write-ahead log and one engine, and follows every
+//! operation from the API to the engine:
+//!
+//! - `write(batch)`: validate everything first (bad input changes nothing); under the write lock,
+//!   take the next sequence number, append the batch as one log record, apply it to the engine;
+//!   release the lock; then, for synced durability, wait for a log sync that covers the record
+//!   (group commit). Past `checkpoint_wal_bytes` of log, checkpoint and empty the log.
+//! - `get`, `range`: under the same lock, straight to the engine. Range iterators fetch a page of
+//!   entries at a time and hold no lock between pages; they see each key at most once, in order,
+//!   but are not a snapshot.
+//! - open: read the newest checkpoint, replay log records past its sequence number.
+//!
+//! An IO error in the middle of a write leaves memory ahead of or behind the log, so it poisons
+//! the database: later calls fail with `Poisoned` until it is reopened, and reopening recovers
+//! from the checkpoint and the log.
+
+use std::collections::VecDeque;
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::batch::{Op, WriteBatch};
+use crate::btree::{self, BTree};
+use crate::engine::{CheckReport, Engine};
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::options::{Durability, EngineOptions, Options};
+use crate::storage::{Device, Env, EnvLock, FileEnv, FileKind, IoStats, Metered, Pager};
+use crate::wal::Wal;
+
+pub const DATA_FILE: &str = "strata.data";
+pub const WAL_FILE: &str = "strata.wal";
+
+struct State {
+    engine: Box<dyn Engine>,
+    next_seq: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    batches: AtomicU64,
+    ops: AtomicU64,
+    logical_bytes: AtomicU64,
+    point_queries: AtomicU64,
+    point_query_reads: AtomicU64,
+}
+
+pub struct Db {
+    opts: Options,
+    state: Mutex<State>,
+    wal: Wal,
+    data_stats: Arc<IoStats>,
+    wal_stats: Arc<IoStats>,
+    counters: Counters,
+    poison: Mutex<Option<String>>,
+    _lock: EnvLock,
+}
+
+fn apply(engine: &mut dyn Engine, batch: &WriteBatch) -> Result<()> {
+    for op in batch.ops() {
+        match op {
+            Op::Put { key, value } => engine.put(key, value)?,
+            Op::Delete { key } => engine.delete(key)?,
+        }
+    }
+    Ok(())
+}
+
+fn open_engine(
+    pager: Pager,
+    opts: &Options,
+    cp: Option<&crate::storage::Checkpoint>,
+) -> Result<Box<dyn Engine>> {
+    match cp {
+        None => match opts.engine {
+            EngineOptions::BTree { node_size } => {
+                Ok(Box::new(BTree::create(pager, node_size, opts.cache_bytes)?))
+            }
+        },
+        Some(cp) => match cp.engine_meta.first() {
+            Some(&btree::ENGINE_TAG) => Ok(Box::new(BTree::open(pager, cp, opts.cache_bytes)?)),
+            other => Err(Error::corruption(
+                pager.file_name(),
+                0,
+                format!("unknown engine tag {other:?} in the superblock"),
+            )),
+        },
+    }
+}
+
+impl Db {
+    /// Open the database in directory `path`, creating it if absent (unless told not to).
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        let env = FileEnv::new(path, opts.direct_io);
+        Db::open_in(&env, opts)
+    }
+
+    /// Open the database that lives in `env` (a directory, or a simulated disk in tests).
+    pub fn open_in(env: &dyn Env, opts: Options) -> Result<Db> {
+        opts.validate()?;
+        let lock = env.lock(opts.create_if_missing)?;
+        let data_stats = Arc::new(IoStats::new(opts.cost_model, 4096));
+        let wal_stats = Arc::new(IoStats::new(opts.cost_model, 4096));
+        let metered = |dev: Arc<dyn Device>, stats: &Arc<IoStats>| -> Arc<dyn Device> {
+            Arc::new(Metered::new(dev, stats.clone()))
+        };
+        let existing = env.open(DATA_FILE, FileKind::Data, false)?;
+        let mut engine;
+        let checkpoint_seq;
+        match existing {
+            Some(dev) if dev.len()? > 0 => {
+                let (pager, cp) = Pager::open(metered(dev, &data_stats))?;
+                engine = open_engine(pager, &opts, Some(&cp))?;
+                checkpoint_seq = cp.wal_seq;
+            }
+            _ => {
+                if !opts.create_if_missing {
+                    return Err(Error::NotADatabase {
+                        path: env.location(),
+                        why: "no database here and create_if_missing is off".into(),
+                    });
+                }
+                let dev = env.open(DATA_FILE, FileKind::Data, true)?.expect("created");
+                engine = open_engine(Pager::create(metered(dev, &data_stats)), &opts, None)?;
+                checkpoint_seq = 0;
+            }
+        }
+        let wal_dev = env.open(WAL_FILE, FileKind::Log, true)?.expect("created");
+        let (wal, last_seq) = Wal::open(
+            metered(wal_dev, &wal_stats),
+            checkpoint_seq,
+            |_, off, payload| {
+                let batch = WriteBatch::decode(payload).map_err(|what| {
+                    Error::corruption(WAL_FILE, off, format!("log record: {what}"))
+                })?;
+                apply(&mut *engine, &batch)?;
+                engine.settle()
+            },
+        )?;
+        Ok(Db {
+            opts,
+            state: Mutex::new(State {
+                engine,
+                next_seq: last_seq + 1,
+            }),
+            wal,
+            data_stats,
+            wal_stats,
+            counters: Counters::default(),
+            poison: Mutex::new(None),
+            _lock: lock,
+        })
+    }
+
+    fn check_poison(&self) -> Result<()> {
+        match &*self.poison.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(cause) => Err(Error::Poisoned {
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn poisoned(&self, e: Error) -> Error {
+        self.poison
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(|| e.to_string());
+        e
+    }
+
+    fn state(&self) -> Result<MutexGuard<'_, State>> {
+        self.check_poison()?;
+        Ok(self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value);
+        self.write(b)
+    }
+
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key);
+        self.write(b)
+    }
+
+    /// Apply `batch` atomically with the database's default durability.
+    pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        self.write_with(batch, self.opts.durability)
+    }
+
+    /// Apply `batch` atomically; with `Durability::Sync`, return once it is on stable storage.
+    pub fn write_with(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
+        batch.validate()?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let payload = batch.encode();
+        let seq = {
+            let mut st = self.state()?;
+            let seq = st.next_seq;
+            self.wal
+                .append(seq, &payload)
+                .map_err(|e| self.poisoned(e))?;
+            st.next_seq += 1;
+            apply(&mut *st.engine, &batch)
+                .and_then(|_| st.engine.settle())
+                .map_err(|e| self.poisoned(e))?;
+            self.counters.batches.fetch_add(1, Relaxed);
+            self.counters.ops.fetch_add(batch.len() as u64, Relaxed);
+            self.counters
+                .logical_bytes
+                .fetch_add(batch.logical_bytes(), Relaxed);
+            if self.wal.size() >= self.opts.checkpoint_wal_bytes {
+                self.checkpoint_locked(&mut st)?;
+            }
+            seq
+        };
+        if durability == Durability::Sync {
+            self.wal.sync_through(seq).map_err(|e| self.poisoned(e))?;
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        let mut st = self.state()?;
+        let before = self.data_stats.reads();
+        let got = st.engine.get(key.as_ref());
+        let settled = st.engine.settle();
+        self.counters.point_queries.fetch_add(1, Relaxed);
+        self.counters
+            .point_query_reads
+            .fetch_add(self.data_stats.reads() - before, Relaxed);
+        let got = got?;
+        settled?;
+        Ok(got)
+    }
+
+    /// Iterate over the keys in `range`, in order; `.rev()` iterates backwards.
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Result<RangeIter<'_>> {
+        self.check_poison()?;
+        let own = |b: Bound<&K>| b.map(|k| k.as_ref().to_vec());
+        Ok(RangeIter {
+            db: self,
+            lo: own(range.start_bound()),
+            hi: own(range.end_bound()),
+            front: VecDeque::new(),
+            back: VecDeque::new(),
+            done: false,
+        })
+    }
+
+    /// Iterate over every key.
+    pub fn iter(&self) -> Result<RangeIter<'_>> {
+        self.range::<&[u8], _>(..)
+    }
+
+    fn scan_page(
+        &self,
+        lo: &Bound<Vec<u8>>,
+        hi: &Bound<Vec<u8>>,
+        reverse: bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut st = self.state()?;
+        let mut out = Vec::new();
+        let as_ref = |b: &Bound<Vec<u8>>| -> Bound<Vec<u8>> { b.clone() };
+        let (lo, hi) = (as_ref(lo), as_ref(hi));
+        st.engine.scan(
+            lo.as_ref().map(|k| k.as_slice()),
+            hi.as_ref().map(|k| k.as_slice()),
+            reverse,
+            RANGE_PAGE,
+            &mut out,
+        )?;
+        st.engine.settle()?;
+        Ok(out)
+    }
+
+    /// Write a checkpoint now and empty the log.
+    pub fn checkpoint(&self) -> Result<()> {
+        let mut st = self.state()?;
+        self.checkpoint_locked(&mut st)
+    }
+
+    fn checkpoint_locked(&self, st: &mut State) -> Result<()> {
+        let seq = st.next_seq - 1;
+        st.engine.checkpoint(seq).map_err(|e| self.poisoned(e))?;
+        self.wal.reset(seq).map_err(|e| self.poisoned(e))
+    }
+
+    /// Make every write so far durable.
+    pub fn sync(&self) -> Result<()> {
+        let seq = self.state()?.next_seq - 1;
+        self.wal.sync_through(seq).map_err(|e| self.poisoned(e))
+    }
+
+    /// Checkpoint and close. Dropping a `Db` without closing it is safe: the log is replayed on
+    /// the next open.
+    pub fn close(self) -> Result<()> {
+        self.checkpoint()
+    }
+
+    /// Verify every checksum and the engine's invariants.
+    pub fn check(&self) -> Result<CheckReport> {
+        self.state()?.engine.check()
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    pub fn metrics(&self) -> Metrics {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let engine = st.engine.stats();
+        let data_file_bytes = st.engine.device().len().unwrap_or(0);
+        drop(st);
+        let c = &self.counters;
+        Metrics {
+            engine,
+            data_io: self.data_stats.snapshot(),
+            wal_io: self.wal_stats.snapshot(),
+            batches: c.batches.load(Relaxed),
+            ops_written: c.ops.load(Relaxed),
+            logical_bytes_written: c.logical_bytes.load(Relaxed),
+            point_queries: c.point_queries.load(Relaxed),
+            point_query_reads: c.point_query_reads.load(Relaxed),
+            data_file_bytes,
+            wal_file_bytes: self.wal.device().len().unwrap_or(0),
+            ..Default::default()
+        }
+        .finish()
+    }
+}
+
+/// Entries fetched from the engine per lock acquisition by a range iterator.
+const RANGE_PAGE: usize = 256;
+
+/// An iterator over a key range, from either end. Not a snapshot: see the module comment.
+pub struct RangeIter<'a> {
+    db: &'a Db,
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    front: VecDeque<(Vec<u8>, Vec<u8>)>,
+    back: VecDeque<(Vec<u8>, Vec<u8>)>,
+    done: bool,
+}
+
+fn below(key: &[u8], hi: &Bound<Vec<u8>>) -> bool {
+    match hi {
+        Bound::Included(h) => key <= h.as_slice(),
+        Bound::Excluded(h) => key < h.as_slice(),
+        Bound::Unbounded => true,
+    }
+}
+
+fn above(key: &[u8], lo: &Bound<Vec<u8>>) -> bool {
+    match lo {
+        Bound::Included(l) => key >= l.as_slice(),
+        Bound::Excluded(l) => key > l.as_slice(),
+        Bound::Unbounded => true,
+    }
+}
+
+impl RangeIter<'_> {
+    fn step(&mut self, reverse: bool) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
+        if self.done {
+            return None;
+        }
+        let buf_empty = if reverse {
+            self.back.is_empty()
+        } else {
+            self.front.is_empty()
+        };
+        if buf_empty {
+            match self.db.scan_page(&self.lo, &self.hi, reverse) {
+                Ok(page) => {
+                    if reverse {
+                        self.back = page.into();
+                    } else {
+                        self.front = page.into();
+                    }
+                }
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        let next = if reverse {
+            self.back.pop_front()
+        } else {
+            self.front.pop_front()
+        };
+        let Some((k, v)) = next else {
+            self.done = true;
+            return None;
+        };
+        // The other end may have moved past this key since the page was fetched.
+        if !(above(&k, &self.lo) && below(&k, &self.hi)) {
+            self.done = true;
+            return None;
+        }
+        if reverse {
+            self.hi = Bound::Excluded(k.clone());
+        } else {
+            self.lo = Bound::Excluded(k.clone());
+        }
+        Some(Ok((k, v)))
+    }
+}
+
+impl Iterator for RangeIter<'_> {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.step(false)
+    }
+}
+
+impl DoubleEndedIterator for RangeIter<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.step(true)
+    }
+}

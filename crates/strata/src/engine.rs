@@ -1,0 +1,64 @@
+//! The `Engine` trait: what the `Db` facade needs from a data structure. The B+-tree implements
+//! it now; the Bε-tree, LSM and versioned engines will. Engines are single-threaded objects: the
+//! `Db` serialises calls, logs writes ahead and decides when to checkpoint.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::storage::{CacheStats, Device};
+
+pub trait Engine: Send {
+    fn name(&self) -> &'static str;
+    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
+    fn delete(&mut self, key: &[u8]) -> Result<()>;
+    /// Append to `out` up to `limit` entries within (`lo`, `hi`), ascending or (with `reverse`)
+    /// descending from the corresponding end. Iterators page through a range with this.
+    fn scan(
+        &mut self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        reverse: bool,
+        limit: usize,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<()>;
+    /// Make the engine's state durable as a checkpoint covering log records up to `wal_seq`.
+    fn checkpoint(&mut self, wal_seq: u64) -> Result<()>;
+    /// Called between operations, when nothing is pinned: bring the cache within budget.
+    fn settle(&mut self) -> Result<()>;
+    fn stats(&self) -> EngineStats;
+    /// Verify every block's checksum and the structure's invariants; reads bypass the cache.
+    fn check(&mut self) -> Result<CheckReport>;
+    /// The data device, for space accounting.
+    fn device(&self) -> &Arc<dyn Device>;
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EngineStats {
+    pub engine: &'static str,
+    pub node_size: u64,
+    pub live_keys: u64,
+    /// Sum of key and value lengths over live keys.
+    pub live_bytes: u64,
+    pub height: u32,
+    pub internal_nodes: u64,
+    pub leaf_nodes: u64,
+    /// Values stored out of line, one block each.
+    pub blobs: u64,
+    pub checkpoints: u64,
+    pub cache: CacheStats,
+    /// Bytes of extents the translation table references, and free bytes inside the file.
+    pub referenced_bytes: u64,
+    pub free_bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CheckReport {
+    pub blocks_verified: u64,
+    pub keys: u64,
+    pub height: u32,
+    pub leaf_nodes: u64,
+    pub internal_nodes: u64,
+    pub blobs: u64,
+}

@@ -1,0 +1,22 @@
+//! strata: an embeddable key-value storage engine whose data structures are tuned with cost
+//! models of the real device. Start at [`Db`].
+
+mod batch;
+mod btree;
+mod db;
+mod engine;
+mod error;
+mod metrics;
+pub mod model;
+mod options;
+pub mod storage;
+mod wal;
+
+pub use batch::{Op, WriteBatch};
+pub use btree::BTree;
+pub use db::{Db, RangeIter};
+pub use engine::{CheckReport, Engine, EngineStats};
+pub use error::{Error, Result};
+pub use metrics::Metrics;
+pub use options::{Durability, EngineOptions, Options, MAX_KEY_LEN, MAX_VALUE_LEN};
+pub use storage::{CacheStats, IoSnapshot};

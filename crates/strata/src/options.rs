@@ -1,0 +1,109 @@
+//! Options for opening a database. The engine and its geometry are fixed when the database is
+//! created; opening an existing database uses what its superblock records.
+
+use crate::btree::BTree;
+use crate::error::{Error, Result};
+use crate::model::Affine;
+
+pub const MAX_KEY_LEN: usize = 4096;
+pub const MAX_VALUE_LEN: usize = 16 << 20;
+/// One batch is one log record; keep records well inside the u32 length field.
+pub const MAX_BATCH_BYTES: usize = 1 << 30;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum EngineOptions {
+    BTree { node_size: usize },
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions::BTree {
+            node_size: 64 << 10,
+        }
+    }
+}
+
+/// When a write is acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// After its log record is on stable storage (fdatasync); concurrent writers share one sync.
+    Sync,
+    /// After its log record is handed to the operating system: survives a process crash, not a
+    /// power cut. `Db::sync` or a checkpoint makes it durable.
+    None,
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Engine and geometry for a new database.
+    pub engine: EngineOptions,
+    /// Byte budget of the buffer pool.
+    pub cache_bytes: usize,
+    pub durability: Durability,
+    /// Open the data file with O_DIRECT (Linux), bypassing the page cache.
+    pub direct_io: bool,
+    /// Checkpoint when the write-ahead log grows past this many bytes.
+    pub checkpoint_wal_bytes: u64,
+    pub create_if_missing: bool,
+    /// Cost model used to price IOs in the metrics.
+    pub cost_model: Affine,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            engine: EngineOptions::default(),
+            cache_bytes: 64 << 20,
+            durability: Durability::Sync,
+            direct_io: false,
+            checkpoint_wal_bytes: 64 << 20,
+            create_if_missing: true,
+            cost_model: Affine::default(),
+        }
+    }
+}
+
+impl Options {
+    pub fn btree(mut self, node_size: usize) -> Self {
+        self.engine = EngineOptions::BTree { node_size };
+        self
+    }
+    pub fn cache_bytes(mut self, bytes: usize) -> Self {
+        self.cache_bytes = bytes;
+        self
+    }
+    pub fn durability(mut self, d: Durability) -> Self {
+        self.durability = d;
+        self
+    }
+    pub fn direct_io(mut self, on: bool) -> Self {
+        self.direct_io = on;
+        self
+    }
+    pub fn checkpoint_wal_bytes(mut self, bytes: u64) -> Self {
+        self.checkpoint_wal_bytes = bytes;
+        self
+    }
+    pub fn create_if_missing(mut self, on: bool) -> Self {
+        self.create_if_missing = on;
+        self
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        match self.engine {
+            EngineOptions::BTree { node_size } => BTree::check_node_size(node_size)?,
+        }
+        if self.cache_bytes < 64 << 10 {
+            return Err(Error::InvalidOptions(format!(
+                "cache budget of {} bytes is below the minimum of 64 KiB",
+                self.cache_bytes
+            )));
+        }
+        if self.checkpoint_wal_bytes < 4096 {
+            return Err(Error::InvalidOptions(
+                "checkpoint_wal_bytes must be at least 4 KiB".into(),
+            ));
+        }
+        Ok(())
+    }
+}

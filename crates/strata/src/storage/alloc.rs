@@ -1,0 +1,215 @@
+//! The extent allocator of the data file: 4 KiB-aligned extents of any size, best fit.
+//!
+//! Invariant that makes copy-on-write safe: space referenced by the last committed checkpoint is
+//! never handed out again before the next checkpoint commits. An extent allocated since the last
+//! commit is referenced by nothing durable, so freeing it makes it reusable at once; any other
+//! freed extent waits in `pending` until `commit_done`. Free space is not stored on disk: on open
+//! it is everything between the superblocks and the end of the file that the committed
+//! translation table does not reference.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use super::block::PAGE;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Extent {
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl Extent {
+    pub fn end(&self) -> u64 {
+        self.offset + self.len
+    }
+}
+
+#[derive(Debug)]
+pub struct Allocator {
+    /// One past the last byte any extent may occupy; the file need not be longer.
+    end: u64,
+    by_offset: BTreeMap<u64, u64>,
+    by_size: BTreeSet<(u64, u64)>,
+    fresh: HashSet<u64>,
+    pending: Vec<Extent>,
+}
+
+impl Allocator {
+    pub fn new(base: u64) -> Allocator {
+        Allocator {
+            end: base,
+            by_offset: BTreeMap::new(),
+            by_size: BTreeSet::new(),
+            fresh: HashSet::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Rebuild from the extents a committed checkpoint references.
+    pub fn from_used(base: u64, used: impl IntoIterator<Item = Extent>) -> Allocator {
+        let mut used: Vec<Extent> = used.into_iter().collect();
+        used.sort();
+        let mut a = Allocator::new(base);
+        let mut cursor = base;
+        for e in used {
+            if e.offset > cursor {
+                a.insert_free(cursor, e.offset - cursor);
+            }
+            cursor = cursor.max(e.end());
+        }
+        a.end = cursor;
+        a
+    }
+
+    pub fn round(len: u64) -> u64 {
+        len.div_ceil(PAGE).max(1) * PAGE
+    }
+
+    pub fn alloc(&mut self, len: u64) -> Extent {
+        let len = Self::round(len);
+        let found = self.by_size.range((len, 0)..).next().copied();
+        let ext = match found {
+            Some((size, off)) => {
+                self.remove_free(off, size);
+                if size > len {
+                    self.insert_free(off + len, size - len);
+                }
+                Extent { offset: off, len }
+            }
+            None => {
+                let e = Extent {
+                    offset: self.end,
+                    len,
+                };
+                self.end += len;
+                e
+            }
+        };
+        self.fresh.insert(ext.offset);
+        ext
+    }
+
+    /// Give an extent back; it is reused now if nothing durable can reference it, else after commit.
+    pub fn free(&mut self, ext: Extent) {
+        if self.fresh.remove(&ext.offset) {
+            self.release(ext);
+        } else {
+            self.pending.push(ext);
+        }
+    }
+
+    /// A checkpoint has committed: what it stopped referencing may be reused.
+    pub fn commit_done(&mut self) {
+        for e in std::mem::take(&mut self.pending) {
+            self.release(e);
+        }
+        self.fresh.clear();
+    }
+
+    /// One past the last allocated byte; the file can be truncated here after a commit.
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    pub fn free_bytes(&self) -> u64 {
+        self.by_offset.values().sum()
+    }
+
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending.iter().map(|e| e.len).sum()
+    }
+
+    fn release(&mut self, ext: Extent) {
+        let (mut off, mut len) = (ext.offset, ext.len);
+        if let Some((&poff, &plen)) = self.by_offset.range(..off).next_back() {
+            if poff + plen == off {
+                self.remove_free(poff, plen);
+                off = poff;
+                len += plen;
+            }
+        }
+        if let Some(&nlen) = self.by_offset.get(&(off + len)) {
+            self.remove_free(off + len, nlen);
+            len += nlen;
+        }
+        if off + len == self.end {
+            self.end = off;
+        } else {
+            self.insert_free(off, len);
+        }
+    }
+
+    fn insert_free(&mut self, off: u64, len: u64) {
+        self.by_offset.insert(off, len);
+        self.by_size.insert((len, off));
+    }
+
+    fn remove_free(&mut self, off: u64, len: u64) {
+        self.by_offset.remove(&off);
+        self.by_size.remove(&(len, off));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn freed_durable_space_waits_for_commit() {
+        let mut a = Allocator::from_used(
+            8192,
+            [Extent {
+                offset: 8192,
+                len: 8192,
+            }],
+        );
+        assert_eq!(a.end(), 16384);
+        a.free(Extent {
+            offset: 8192,
+            len: 8192,
+        });
+        let e = a.alloc(4096);
+        assert_eq!(
+            e.offset, 16384,
+            "space the checkpoint references is not reused before commit"
+        );
+        a.commit_done();
+        assert_eq!(
+            a.alloc(5000),
+            Extent {
+                offset: 8192,
+                len: 8192
+            }
+        );
+    }
+
+    #[test]
+    fn fresh_space_is_reused_at_once_and_coalesces() {
+        let mut a = Allocator::new(8192);
+        let x = a.alloc(4096);
+        let y = a.alloc(4096);
+        let z = a.alloc(4096);
+        a.free(x);
+        a.free(y);
+        assert_eq!(a.free_bytes(), 8192, "neighbours coalesce");
+        assert_eq!(a.alloc(8192).offset, x.offset);
+        a.free(z);
+        assert_eq!(a.end(), z.offset, "free space at the tail shrinks the end");
+    }
+
+    #[test]
+    fn rebuild_finds_gaps() {
+        let used = [
+            Extent {
+                offset: 8192,
+                len: 4096,
+            },
+            Extent {
+                offset: 20480,
+                len: 4096,
+            },
+        ];
+        let mut a = Allocator::from_used(8192, used);
+        assert_eq!(a.free_bytes(), 8192);
+        assert_eq!(a.alloc(8192).offset, 12288);
+    }
+}

@@ -1,0 +1,285 @@
+//! The buffer pool: decoded nodes held within a byte budget, in front of the pager.
+//!
+//! - A `Pin` is a reference-counted handle; while any pin to a node exists the node is not
+//!   evicted (eviction takes only entries whose sole owner is the pool), so "used a node after it
+//!   was evicted" cannot be written.
+//! - Eviction is CLOCK: a hand sweeps the entries, clearing reference bits and evicting the first
+//!   unpinned entry whose bit is already clear. A dirty victim is written back (copy-on-write,
+//!   through the pager) before it is dropped.
+//! - Every entry is charged `StoredNode::charge()` bytes. Engines that load a node one partition
+//!   at a time (the Bε-tree) grow a resident node and call `recharge`; the pool evicts to make
+//!   room as for any other growth.
+//! - The budget holds after every `evict_to_budget`, except for nodes pinned at that moment (an
+//!   operation's root-to-leaf path): `peak_bytes` records the largest residency seen there.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::pager::{NodeId, Pager};
+use crate::error::{Error, Result};
+
+/// A node type the pool can hold, write back and load.
+pub trait StoredNode: Send + Sync + Sized + 'static {
+    /// Bytes of memory this node holds, charged against the budget.
+    fn charge(&self) -> usize;
+    /// Serialise into `out`; returns the block kind.
+    fn encode(&self, out: &mut Vec<u8>) -> u8;
+    /// Decode a block of the given kind; the error says what is malformed.
+    fn decode(kind: u8, payload: &[u8]) -> std::result::Result<Self, String>;
+}
+
+#[derive(Debug)]
+pub struct NodeCell<N> {
+    id: NodeId,
+    node: RwLock<N>,
+    dirty: AtomicBool,
+}
+
+/// A pinned node: it stays in the pool while this handle lives.
+#[derive(Debug)]
+pub struct Pin<N>(Arc<NodeCell<N>>);
+
+impl<N> Clone for Pin<N> {
+    fn clone(&self) -> Self {
+        Pin(self.0.clone())
+    }
+}
+
+impl<N> Pin<N> {
+    pub fn id(&self) -> NodeId {
+        self.0.id
+    }
+    pub fn read(&self) -> RwLockReadGuard<'_, N> {
+        self.0.node.read().unwrap_or_else(|e| e.into_inner())
+    }
+    pub fn write(&self) -> RwLockWriteGuard<'_, N> {
+        self.0.node.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+struct Entry<N> {
+    cell: Arc<NodeCell<N>>,
+    charge: usize,
+    referenced: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CacheStats {
+    pub budget_bytes: u64,
+    pub resident_bytes: u64,
+    /// Largest residency after an eviction pass (the budget plus whatever was pinned then).
+    pub peak_bytes: u64,
+    pub entries: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub writebacks: u64,
+}
+
+pub struct NodeStore<N> {
+    pager: Pager,
+    budget: usize,
+    slots: Vec<Option<Entry<N>>>,
+    free_slots: Vec<usize>,
+    index: HashMap<NodeId, usize>,
+    hand: usize,
+    resident: usize,
+    stats: CacheStats,
+    scratch: Vec<u8>,
+}
+
+impl<N: StoredNode> NodeStore<N> {
+    pub fn new(pager: Pager, budget: usize) -> NodeStore<N> {
+        NodeStore {
+            pager,
+            budget,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            index: HashMap::new(),
+            hand: 0,
+            resident: 0,
+            stats: CacheStats {
+                budget_bytes: budget as u64,
+                ..Default::default()
+            },
+            scratch: Vec::new(),
+        }
+    }
+
+    pub fn pager(&self) -> &Pager {
+        &self.pager
+    }
+
+    pub fn pager_mut(&mut self) -> &mut Pager {
+        &mut self.pager
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            resident_bytes: self.resident as u64,
+            entries: self.index.len() as u64,
+            ..self.stats.clone()
+        }
+    }
+
+    /// Pin node `id`, loading it if it is not resident.
+    pub fn get(&mut self, id: NodeId) -> Result<Pin<N>> {
+        if let Some(&slot) = self.index.get(&id) {
+            let e = self.slots[slot].as_mut().expect("indexed slot is occupied");
+            e.referenced = true;
+            self.stats.hits += 1;
+            return Ok(Pin(e.cell.clone()));
+        }
+        self.stats.misses += 1;
+        let (kind, payload) = self.pager.read_block(id)?;
+        let node = N::decode(kind, &payload).map_err(|what| {
+            let at = self.pager.extent(id).map_or(0, |e| e.offset);
+            Error::corruption(self.pager.file_name(), at, format!("node {id}: {what}"))
+        })?;
+        let pin = self.insert(id, node, false);
+        self.evict_to_budget()?;
+        Ok(pin)
+    }
+
+    /// Whether node `id` is resident (no IO, no pin).
+    pub fn is_resident(&self, id: NodeId) -> bool {
+        self.index.contains_key(&id)
+    }
+
+    /// Add a new node; it is dirty until written.
+    pub fn create(&mut self, node: N) -> Result<Pin<N>> {
+        let id = self.pager.new_id();
+        let pin = self.insert(id, node, true);
+        self.evict_to_budget()?;
+        Ok(pin)
+    }
+
+    fn insert(&mut self, id: NodeId, node: N, dirty: bool) -> Pin<N> {
+        let charge = node.charge();
+        let cell = Arc::new(NodeCell {
+            id,
+            node: RwLock::new(node),
+            dirty: AtomicBool::new(dirty),
+        });
+        let entry = Entry {
+            cell: cell.clone(),
+            charge,
+            referenced: true,
+        };
+        let slot = match self.free_slots.pop() {
+            Some(s) => {
+                self.slots[s] = Some(entry);
+                s
+            }
+            None => {
+                self.slots.push(Some(entry));
+                self.slots.len() - 1
+            }
+        };
+        self.index.insert(id, slot);
+        self.resident += charge;
+        Pin(cell)
+    }
+
+    /// Record that a pinned node changed: it must be written back, and its size may differ.
+    pub fn mark_dirty(&mut self, pin: &Pin<N>) {
+        pin.0.dirty.store(true, Ordering::Relaxed);
+        self.recharge(pin);
+    }
+
+    /// Re-measure a resident node's charge (after it grew or shrank).
+    pub fn recharge(&mut self, pin: &Pin<N>) {
+        if let Some(&slot) = self.index.get(&pin.id()) {
+            let charge = pin.read().charge();
+            let e = self.slots[slot].as_mut().expect("indexed slot is occupied");
+            self.resident = self.resident - e.charge + charge;
+            e.charge = charge;
+        }
+    }
+
+    /// Drop node `id` from the pool and the table.
+    pub fn free(&mut self, id: NodeId) {
+        if let Some(slot) = self.index.remove(&id) {
+            let e = self.slots[slot].take().expect("indexed slot is occupied");
+            self.resident -= e.charge;
+            self.free_slots.push(slot);
+        }
+        self.pager.free(id);
+    }
+
+    fn write_back(&mut self, cell: &NodeCell<N>) -> Result<()> {
+        self.scratch.clear();
+        let kind = cell
+            .node
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .encode(&mut self.scratch);
+        self.pager.write_block(cell.id, kind, &self.scratch)?;
+        cell.dirty.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Evict unpinned nodes, CLOCK order, until the residency is within budget.
+    pub fn evict_to_budget(&mut self) -> Result<()> {
+        let n = self.slots.len();
+        let mut steps = 0;
+        while self.resident > self.budget && steps < 2 * n + 1 {
+            steps += 1;
+            self.hand = (self.hand + 1) % n.max(1);
+            let slot = self.hand;
+            let Some(e) = self.slots.get_mut(slot).and_then(|s| s.as_mut()) else {
+                continue;
+            };
+            if Arc::strong_count(&e.cell) > 1 {
+                continue;
+            }
+            if e.referenced {
+                e.referenced = false;
+                continue;
+            }
+            let cell = e.cell.clone();
+            if cell.dirty.load(Ordering::Relaxed) {
+                self.write_back(&cell)?;
+                self.stats.writebacks += 1;
+            }
+            let e = self.slots[slot].take().expect("slot checked above");
+            self.index.remove(&cell.id);
+            self.free_slots.push(slot);
+            self.resident -= e.charge;
+            self.stats.evictions += 1;
+        }
+        self.stats.peak_bytes = self.stats.peak_bytes.max(self.resident as u64);
+        Ok(())
+    }
+
+    /// Write every dirty resident node (the first step of a checkpoint).
+    pub fn write_dirty(&mut self) -> Result<usize> {
+        let dirty: Vec<Arc<NodeCell<N>>> = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|e| e.cell.dirty.load(Ordering::Relaxed))
+            .map(|e| e.cell.clone())
+            .collect();
+        for cell in &dirty {
+            self.write_back(cell)?;
+        }
+        Ok(dirty.len())
+    }
+
+    /// Checkpoint: write dirty nodes, then commit the table and superblock.
+    pub fn checkpoint(&mut self, wal_seq: u64, engine_meta: Vec<u8>) -> Result<()> {
+        self.write_dirty()?;
+        self.pager.commit(wal_seq, engine_meta)
+    }
+
+    pub fn dirty_bytes(&self) -> usize {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|e| e.cell.dirty.load(Ordering::Relaxed))
+            .map(|e| e.charge)
+            .sum()
+    }
+}

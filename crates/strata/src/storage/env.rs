@@ -1,0 +1,158 @@
+//! Where a database's files live. A database is a small set of named devices (the data file and
+//! the write-ahead log); an `Env` opens them. `FileEnv` maps names to files in a directory and
+//! holds an exclusive lock on it; `SimEnv` maps them to `SimDevice`s that outlive any one `Db`, so
+//! a test can crash the "disk" and open the database again.
+
+use std::fs::{self, File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::device::{Device, FileDevice};
+use super::sim::{SimDisk, SimFiles};
+use crate::error::{Error, Result};
+use crate::model::Affine;
+
+/// What a device holds; a `FileEnv` opens only data files with O_DIRECT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    Data,
+    Log,
+}
+
+/// Keeps the database exclusively open while alive.
+pub struct EnvLock {
+    _file: Option<File>,
+}
+
+pub trait Env: Send + Sync + std::fmt::Debug {
+    /// A human-readable location, for messages.
+    fn location(&self) -> String;
+    /// Prepare the location (create a directory, take the lock). Fails if another holds it.
+    fn lock(&self, create: bool) -> Result<EnvLock>;
+    /// Open device `name`; `Ok(None)` when it does not exist and `create` is false.
+    fn open(&self, name: &str, kind: FileKind, create: bool) -> Result<Option<Arc<dyn Device>>>;
+}
+
+#[derive(Debug, Clone)]
+pub struct FileEnv {
+    dir: PathBuf,
+    direct: bool,
+}
+
+impl FileEnv {
+    pub fn new(dir: impl AsRef<Path>, direct: bool) -> FileEnv {
+        FileEnv {
+            dir: dir.as_ref().to_path_buf(),
+            direct,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Env for FileEnv {
+    fn location(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn lock(&self, create: bool) -> Result<EnvLock> {
+        let shown = self.location();
+        match fs::metadata(&self.dir) {
+            Ok(m) if !m.is_dir() => {
+                return Err(Error::NotADatabase {
+                    path: shown,
+                    why: "it is a file; a strata database is a directory".into(),
+                })
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
+                fs::create_dir_all(&self.dir)
+                    .map_err(|e| Error::io(format!("create directory {shown}"), e))?;
+            }
+            Err(e) => return Err(Error::io(format!("open directory {shown}"), e)),
+        }
+        let path = self.dir.join("LOCK");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+        match file.try_lock() {
+            Ok(()) => Ok(EnvLock { _file: Some(file) }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked { path: shown }),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(Error::io(format!("lock {}", path.display()), e))
+            }
+        }
+    }
+
+    fn open(&self, name: &str, kind: FileKind, create: bool) -> Result<Option<Arc<dyn Device>>> {
+        let path = self.dir.join(name);
+        if !create && !path.exists() {
+            return Ok(None);
+        }
+        let direct = self.direct && kind == FileKind::Data;
+        Ok(Some(Arc::new(FileDevice::open(&path, create, direct)?)))
+    }
+}
+
+/// An in-memory environment; clone it to keep the "disk" across `Db` instances.
+#[derive(Debug, Clone)]
+pub struct SimEnv {
+    files: Arc<SimFiles>,
+}
+
+impl SimEnv {
+    pub fn new() -> SimEnv {
+        SimEnv::with_model(Affine::default_ssd(), 1e-3)
+    }
+
+    /// A simulated disk whose IOs cost `model` and whose syncs cost `sync_s` seconds.
+    pub fn with_model(model: Affine, sync_s: f64) -> SimEnv {
+        SimEnv {
+            files: Arc::new(SimFiles::new(SimDisk::new(model, sync_s))),
+        }
+    }
+
+    pub fn disk(&self) -> &Arc<SimDisk> {
+        &self.files.disk
+    }
+
+    pub fn files(&self) -> &Arc<SimFiles> {
+        &self.files
+    }
+
+    /// Power loss across every device of this environment.
+    pub fn crash(&self) {
+        self.files.crash();
+    }
+}
+
+impl Default for SimEnv {
+    fn default() -> Self {
+        SimEnv::new()
+    }
+}
+
+impl Env for SimEnv {
+    fn location(&self) -> String {
+        "sim:".to_string()
+    }
+
+    fn lock(&self, _create: bool) -> Result<EnvLock> {
+        Ok(EnvLock { _file: None })
+    }
+
+    fn open(&self, name: &str, _kind: FileKind, create: bool) -> Result<Option<Arc<dyn Device>>> {
+        let existing = self.files.get(name);
+        match (existing, create) {
+            (Some(d), _) => Ok(Some(d)),
+            (None, true) => Ok(Some(self.files.get_or_create(name))),
+            (None, false) => Ok(None),
+        }
+    }
+}

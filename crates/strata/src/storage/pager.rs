@@ -1,0 +1,479 @@
+//! The pager: node ids mapped to extents of the data file through a translation table, and the
+//! checkpoint that makes a new version of the file durable.
+//!
+//! File layout: two superblock slots at offsets 0 and 4096, then extents. A node is written
+//! copy-on-write: `write_block` always puts it in a fresh extent and repoints the table, so the
+//! extents the last checkpoint references stay intact until the next one commits.
+//!
+//! Commit protocol (`commit`):
+//! 1. the caller has written every dirty node (fresh extents);
+//! 2. write the translation table to a fresh extent;
+//! 3. sync the data file;
+//! 4. write the superblock (sequence number + 1, table location, WAL sequence, engine metadata,
+//!    checksum) into the slot the previous commit did not use, and sync again: this is the
+//!    commit point;
+//! 5. release the extents the new checkpoint no longer references.
+//!
+//! Open reads both slots and takes the valid one with the higher sequence number, so a torn
+//! superblock write falls back to the previous checkpoint, whose extents are still intact.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::alloc::{Allocator, Extent};
+use super::block::{self, kind, PAGE};
+use super::device::Device;
+use crate::error::{Error, Result};
+
+pub type NodeId = u64;
+
+pub const MAGIC: [u8; 8] = *b"STRATAdb";
+pub const FORMAT_VERSION: u32 = 1;
+pub const SUPERBLOCK_SIZE: u64 = PAGE;
+/// Extents start after the two superblock slots.
+pub const DATA_START: u64 = 2 * SUPERBLOCK_SIZE;
+const SB_FIXED: usize = 64;
+pub const MAX_ENGINE_META: usize = SUPERBLOCK_SIZE as usize - SB_FIXED;
+/// The owner id stamped on translation-table blocks.
+const TABLE_OWNER: u64 = u64::MAX;
+
+/// What a committed checkpoint recorded besides the table.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Checkpoint {
+    /// Commit counter; the slot is `seq % 2`.
+    pub seq: u64,
+    /// Every logged operation with a sequence number up to this one is in the checkpoint.
+    pub wal_seq: u64,
+    /// Opaque to the pager: the engine's roots, geometry and counters.
+    pub engine_meta: Vec<u8>,
+}
+
+#[derive(Debug)]
+pub struct Pager {
+    dev: Arc<dyn Device>,
+    table: HashMap<NodeId, Extent>,
+    alloc: Allocator,
+    next_id: NodeId,
+    table_extent: Option<Extent>,
+    last: Checkpoint,
+}
+
+impl Pager {
+    /// A pager for an empty device; nothing is on disk until the first `commit`.
+    pub fn create(dev: Arc<dyn Device>) -> Pager {
+        Pager {
+            dev,
+            table: HashMap::new(),
+            alloc: Allocator::new(DATA_START),
+            next_id: 1,
+            table_extent: None,
+            last: Checkpoint::default(),
+        }
+    }
+
+    /// Open the newest valid checkpoint on `dev`.
+    pub fn open(dev: Arc<dyn Device>) -> Result<(Pager, Checkpoint)> {
+        let name = dev.name().to_string();
+        let len = dev.len()?;
+        let mut slots = Vec::new();
+        let mut magic_seen = false;
+        let mut first_err = None;
+        for slot in 0..2u64 {
+            let off = slot * SUPERBLOCK_SIZE;
+            if off >= len {
+                continue;
+            }
+            let mut buf = vec![0u8; SUPERBLOCK_SIZE.min(len - off) as usize];
+            dev.read_at(&mut buf, off)?;
+            if buf.len() >= 8 && buf[..8] == MAGIC {
+                magic_seen = true;
+            }
+            match decode_superblock(&buf, &name, off) {
+                Ok(sb) => slots.push(sb),
+                Err(e) => {
+                    if matches!(e, Error::UnsupportedVersion { .. }) {
+                        return Err(e);
+                    }
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if !magic_seen {
+            return Err(Error::NotADatabase {
+                path: name,
+                why: "no strata superblock at offset 0 or 4096".into(),
+            });
+        }
+        let Some(sb) = slots.into_iter().max_by_key(|s| s.checkpoint.seq) else {
+            return Err(
+                first_err.unwrap_or_else(|| Error::corruption(&name, 0, "no valid superblock"))
+            );
+        };
+        let table_ext = Extent {
+            offset: sb.table_offset,
+            len: sb.table_len,
+        };
+        let table = read_table(&*dev, table_ext, len)?;
+        let alloc = Allocator::from_used(
+            DATA_START,
+            table.values().copied().chain(std::iter::once(table_ext)),
+        );
+        let pager = Pager {
+            dev,
+            table,
+            alloc,
+            next_id: sb.next_id,
+            table_extent: Some(table_ext),
+            last: sb.checkpoint.clone(),
+        };
+        Ok((pager, sb.checkpoint))
+    }
+
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.dev
+    }
+
+    pub fn file_name(&self) -> &str {
+        self.dev.name()
+    }
+
+    pub fn last_checkpoint(&self) -> &Checkpoint {
+        &self.last
+    }
+
+    pub fn new_id(&mut self) -> NodeId {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    pub fn extent(&self, id: NodeId) -> Option<Extent> {
+        self.table.get(&id).copied()
+    }
+
+    fn extent_or_corrupt(&self, id: NodeId) -> Result<Extent> {
+        self.extent(id).ok_or_else(|| {
+            let at = self.table_extent.map_or(0, |e| e.offset);
+            Error::corruption(
+                self.file_name(),
+                at,
+                format!("node {id} is not in the translation table"),
+            )
+        })
+    }
+
+    /// Read and check node `id`'s whole block: its kind and payload.
+    pub fn read_block(&self, id: NodeId) -> Result<(u8, Vec<u8>)> {
+        let ext = self.extent_or_corrupt(id)?;
+        let mut buf = vec![0u8; ext.len as usize];
+        self.dev.read_at(&mut buf, ext.offset)?;
+        let (k, payload) = block::open(&buf, id, self.file_name(), ext.offset)?;
+        let len = payload.len();
+        buf.drain(..block::BLOCK_HEADER);
+        buf.truncate(len);
+        Ok((k, buf))
+    }
+
+    /// Read `len` raw bytes at `offset` within node `id`'s extent, for engines that load one
+    /// partition of a node at a time and checksum partitions themselves.
+    pub fn read_part(&self, id: NodeId, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let ext = self.extent_or_corrupt(id)?;
+        if offset + len as u64 > ext.len {
+            return Err(Error::corruption(
+                self.file_name(),
+                ext.offset,
+                format!("read of {len} bytes at {offset} runs past node {id}'s extent"),
+            ));
+        }
+        let mut buf = vec![0u8; len];
+        self.dev.read_at(&mut buf, ext.offset + offset)?;
+        Ok(buf)
+    }
+
+    /// Write node `id` copy-on-write: a fresh extent, then repoint the table.
+    pub fn write_block(&mut self, id: NodeId, kind: u8, payload: &[u8]) -> Result<()> {
+        let sealed = block::seal(id, kind, payload);
+        let ext = self.alloc.alloc(sealed.len() as u64);
+        if let Err(e) = self.dev.write_at(&sealed, ext.offset) {
+            self.alloc.free(ext);
+            return Err(e);
+        }
+        if let Some(old) = self.table.insert(id, ext) {
+            self.alloc.free(old);
+        }
+        Ok(())
+    }
+
+    /// Forget node `id`; its extent is reused once no durable checkpoint references it.
+    pub fn free(&mut self, id: NodeId) {
+        if let Some(ext) = self.table.remove(&id) {
+            self.alloc.free(ext);
+        }
+    }
+
+    /// Make the current table durable as a new checkpoint (steps 2–5 of the protocol).
+    pub fn commit(&mut self, wal_seq: u64, engine_meta: Vec<u8>) -> Result<()> {
+        if engine_meta.len() > MAX_ENGINE_META {
+            return Err(Error::InvalidOptions(format!(
+                "engine metadata of {} bytes does not fit in a superblock",
+                engine_meta.len()
+            )));
+        }
+        let mut payload = Vec::with_capacity(8 + 24 * self.table.len());
+        payload.extend_from_slice(&(self.table.len() as u64).to_le_bytes());
+        let mut entries: Vec<_> = self.table.iter().collect();
+        entries.sort_unstable();
+        for (id, ext) in entries {
+            payload.extend_from_slice(&id.to_le_bytes());
+            payload.extend_from_slice(&ext.offset.to_le_bytes());
+            payload.extend_from_slice(&ext.len.to_le_bytes());
+        }
+        let sealed = block::seal(TABLE_OWNER, kind::TABLE, &payload);
+        let table_ext = self.alloc.alloc(sealed.len() as u64);
+        self.dev.write_at(&sealed, table_ext.offset)?;
+        self.dev.sync()?;
+
+        let checkpoint = Checkpoint {
+            seq: self.last.seq + 1,
+            wal_seq,
+            engine_meta,
+        };
+        let sb = encode_superblock(&checkpoint, self.next_id, table_ext);
+        let slot = checkpoint.seq % 2;
+        self.dev.write_at(&sb, slot * SUPERBLOCK_SIZE)?;
+        self.dev.sync()?;
+
+        if let Some(old) = self.table_extent.replace(table_ext) {
+            self.alloc.free(old);
+        }
+        self.alloc.commit_done();
+        self.last = checkpoint;
+        let end = self.alloc.end().max(DATA_START);
+        if self.dev.len()? > end {
+            self.dev.set_len(end)?;
+        }
+        Ok(())
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn ids(&self) -> Vec<NodeId> {
+        let mut v: Vec<_> = self.table.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Bytes in extents the table references.
+    pub fn referenced_bytes(&self) -> u64 {
+        self.table.values().map(|e| e.len).sum()
+    }
+
+    pub fn free_bytes(&self) -> u64 {
+        self.alloc.free_bytes()
+    }
+
+    pub fn pending_bytes(&self) -> u64 {
+        self.alloc.pending_bytes()
+    }
+
+    /// Check that no two referenced extents overlap and all lie inside the file.
+    pub fn verify_extents(&self) -> Result<()> {
+        let len = self.dev.len()?;
+        let mut all: Vec<(Extent, NodeId)> = self.table.iter().map(|(&id, &e)| (e, id)).collect();
+        if let Some(t) = self.table_extent {
+            all.push((t, TABLE_OWNER));
+        }
+        all.sort();
+        let mut prev_end = DATA_START;
+        for (e, id) in all {
+            if e.offset < prev_end || e.offset % PAGE != 0 || e.end() > len {
+                return Err(Error::corruption(
+                    self.file_name(),
+                    e.offset,
+                    format!(
+                        "extent of node {id} ({} bytes) overlaps another or lies outside the file",
+                        e.len
+                    ),
+                ));
+            }
+            prev_end = e.end();
+        }
+        Ok(())
+    }
+}
+
+struct Superblock {
+    checkpoint: Checkpoint,
+    next_id: u64,
+    table_offset: u64,
+    table_len: u64,
+}
+
+fn encode_superblock(c: &Checkpoint, next_id: u64, table: Extent) -> Vec<u8> {
+    let mut b = vec![0u8; SUPERBLOCK_SIZE as usize];
+    let body_len = SB_FIXED - 16 + c.engine_meta.len();
+    b[..8].copy_from_slice(&MAGIC);
+    b[16..20].copy_from_slice(&(body_len as u32).to_le_bytes());
+    b[20..24].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    b[24..32].copy_from_slice(&c.seq.to_le_bytes());
+    b[32..40].copy_from_slice(&c.wal_seq.to_le_bytes());
+    b[40..48].copy_from_slice(&next_id.to_le_bytes());
+    b[48..56].copy_from_slice(&table.offset.to_le_bytes());
+    b[56..64].copy_from_slice(&table.len.to_le_bytes());
+    b[SB_FIXED..SB_FIXED + c.engine_meta.len()].copy_from_slice(&c.engine_meta);
+    let sum = xxh3_64(&b[16..16 + body_len]);
+    b[8..16].copy_from_slice(&sum.to_le_bytes());
+    b
+}
+
+fn decode_superblock(b: &[u8], file: &str, off: u64) -> Result<Superblock> {
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+    if b.len() < SB_FIXED || b[..8] != MAGIC {
+        return Err(Error::corruption(file, off, "superblock magic missing"));
+    }
+    let body_len = u32_at(16) as usize;
+    if body_len < SB_FIXED - 16 || 16 + body_len > b.len() {
+        return Err(Error::corruption(
+            file,
+            off,
+            "superblock length out of range",
+        ));
+    }
+    if xxh3_64(&b[16..16 + body_len]) != u64_at(8) {
+        return Err(Error::corruption(file, off, "superblock checksum mismatch"));
+    }
+    let version = u32_at(20);
+    if version > FORMAT_VERSION {
+        return Err(Error::UnsupportedVersion {
+            file: file.to_string(),
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    Ok(Superblock {
+        checkpoint: Checkpoint {
+            seq: u64_at(24),
+            wal_seq: u64_at(32),
+            engine_meta: b[SB_FIXED..16 + body_len].to_vec(),
+        },
+        next_id: u64_at(40),
+        table_offset: u64_at(48),
+        table_len: u64_at(56),
+    })
+}
+
+fn read_table(dev: &dyn Device, ext: Extent, file_len: u64) -> Result<HashMap<NodeId, Extent>> {
+    let name = dev.name();
+    if ext.offset < DATA_START || !ext.offset.is_multiple_of(PAGE) || ext.end() > file_len {
+        return Err(Error::corruption(
+            name,
+            ext.offset,
+            "translation table lies outside the file",
+        ));
+    }
+    let mut buf = vec![0u8; ext.len as usize];
+    dev.read_at(&mut buf, ext.offset)?;
+    let (k, payload) = block::open(&buf, TABLE_OWNER, name, ext.offset)?;
+    let bad = |what: &str| Error::corruption(name, ext.offset, what.to_string());
+    if k != kind::TABLE || payload.len() < 8 {
+        return Err(bad("translation table block has the wrong kind or size"));
+    }
+    let n = u64::from_le_bytes(payload[..8].try_into().unwrap()) as usize;
+    if payload.len() != 8 + n.saturating_mul(24) {
+        return Err(bad(
+            "translation table length does not match its entry count",
+        ));
+    }
+    let mut table = HashMap::with_capacity(n);
+    for e in payload[8..].chunks_exact(24) {
+        let id = u64::from_le_bytes(e[..8].try_into().unwrap());
+        let offset = u64::from_le_bytes(e[8..16].try_into().unwrap());
+        let len = u64::from_le_bytes(e[16..24].try_into().unwrap());
+        if offset < DATA_START || offset % PAGE != 0 || len == 0 || offset + len > file_len {
+            return Err(bad(&format!(
+                "translation entry for node {id} points outside the file"
+            )));
+        }
+        table.insert(id, Extent { offset, len });
+    }
+    Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::sim::{SimDevice, SimDisk};
+
+    fn sim() -> Arc<SimDevice> {
+        Arc::new(SimDevice::new(
+            "data",
+            SimDisk::new(Default::default(), 0.0),
+        ))
+    }
+
+    #[test]
+    fn commit_then_open_sees_the_nodes_and_meta() {
+        let dev = sim();
+        let mut p = Pager::create(dev.clone());
+        let a = p.new_id();
+        p.write_block(a, kind::BLOB, b"alpha").unwrap();
+        p.commit(7, b"meta".to_vec()).unwrap();
+        let (q, c) = Pager::open(dev).unwrap();
+        assert_eq!(
+            (c.seq, c.wal_seq, c.engine_meta.as_slice()),
+            (1, 7, &b"meta"[..])
+        );
+        assert_eq!(q.read_block(a).unwrap(), (kind::BLOB, b"alpha".to_vec()));
+    }
+
+    #[test]
+    fn torn_superblock_falls_back_to_the_previous_checkpoint() {
+        let dev = sim();
+        let mut p = Pager::create(dev.clone());
+        let a = p.new_id();
+        p.write_block(a, kind::BLOB, b"one").unwrap();
+        p.commit(1, vec![]).unwrap();
+        p.write_block(a, kind::BLOB, b"two").unwrap();
+        p.commit(2, vec![]).unwrap();
+        // Damage the newest superblock (slot 0, sequence 2).
+        dev.corrupt_byte(30, 0xff);
+        let (q, c) = Pager::open(dev.clone()).unwrap();
+        assert_eq!(c.seq, 1);
+        assert_eq!(
+            q.read_block(a).unwrap().1,
+            b"one".to_vec(),
+            "old extents were kept intact"
+        );
+        dev.corrupt_byte(SUPERBLOCK_SIZE + 30, 0xff);
+        assert!(Pager::open(dev).unwrap_err().is_corruption());
+    }
+
+    #[test]
+    fn garbage_is_not_a_database_and_newer_versions_are_refused() {
+        let dev = sim();
+        dev.write_at(&[0x5a; 10_000], 0).unwrap();
+        assert!(matches!(
+            Pager::open(dev.clone()),
+            Err(Error::NotADatabase { .. })
+        ));
+        let mut p = Pager::create(sim());
+        p.commit(0, vec![]).unwrap();
+        let d2 = p.device().clone();
+        let mut sb = vec![0u8; 4096];
+        d2.read_at(&mut sb, 4096).unwrap();
+        sb[20..24].copy_from_slice(&99u32.to_le_bytes());
+        let body = u32::from_le_bytes(sb[16..20].try_into().unwrap()) as usize;
+        let sum = xxh3_64(&sb[16..16 + body]);
+        sb[8..16].copy_from_slice(&sum.to_le_bytes());
+        d2.write_at(&sb, 4096).unwrap();
+        assert!(matches!(
+            Pager::open(d2),
+            Err(Error::UnsupportedVersion { found: 99, .. })
+        ));
+    }
+}
