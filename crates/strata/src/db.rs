@@ -99,7 +99,7 @@ impl Db {
     /// Open the database that lives in `env` (a directory, or a simulated disk in tests).
     pub fn open_in(env: &dyn Env, opts: Options) -> Result<Db> {
         opts.validate()?;
-        let lock = env.lock(opts.create_if_missing)?;
+        let lock = env.lock(DATA_FILE, opts.create_if_missing)?;
         let data_stats = Arc::new(IoStats::new(opts.cost_model, 4096));
         let wal_stats = Arc::new(IoStats::new(opts.cost_model, 4096));
         let metered = |dev: Arc<dyn Device>, stats: &Arc<IoStats>| -> Arc<dyn Device> {

@@ -10,15 +10,18 @@
 //! whose first record leaves a gap after the checkpoint.
 //!
 //! Group commit: appends happen under the `Db`'s write lock; syncing happens after it is
-//! released. A writer that needs durability takes the sync lock; if an earlier sync already
-//! covered its record it returns at once, else it syncs everything written so far, so writers
-//! that arrive during one fdatasync share the next.
+//! released. A writer that needs durability returns at once if a finished sync covered its
+//! record; if no sync is running it becomes the leader and syncs everything written so far;
+//! otherwise it sleeps until the running sync ends and checks again. So writers that arrive
+//! during one fdatasync share the next. No lock is held during the fdatasync itself, and once an
+//! fdatasync fails every later one reports failure (its pages may be lost: retrying could
+//! falsely report durability).
 //!
 //! After a checkpoint the log is truncated to nothing: it never holds more than the records since
 //! the last checkpoint.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -34,8 +37,17 @@ pub struct Wal {
     tail: Mutex<u64>,
     /// Highest sequence number whose record is completely written.
     written: AtomicU64,
+    sync: Mutex<SyncState>,
+    sync_done: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct SyncState {
     /// Highest sequence number known durable.
-    synced: Mutex<u64>,
+    synced: u64,
+    /// A leader is in fdatasync now.
+    running: bool,
+    failed: Option<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -92,7 +104,11 @@ impl Wal {
             dev,
             tail: Mutex::new(off as u64),
             written: AtomicU64::new(last),
-            synced: Mutex::new(last),
+            sync: Mutex::new(SyncState {
+                synced: last,
+                ..Default::default()
+            }),
+            sync_done: Condvar::new(),
         };
         Ok((wal, last))
     }
@@ -115,24 +131,45 @@ impl Wal {
 
     /// Return once the record with sequence number `seq` is durable.
     pub fn sync_through(&self, seq: u64) -> Result<()> {
-        let mut synced = lock(&self.synced);
-        if *synced >= seq {
-            return Ok(());
+        let mut st = lock(&self.sync);
+        loop {
+            if let Some(why) = &st.failed {
+                return Err(Error::io(
+                    format!("sync {}", self.dev.name()),
+                    std::io::Error::other(format!("an earlier log sync failed: {why}")),
+                ));
+            }
+            if st.synced >= seq {
+                return Ok(());
+            }
+            if st.running {
+                st = self.sync_done.wait(st).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            st.running = true;
+            drop(st);
+            let target = self.written.load(Ordering::Acquire);
+            let result = self.dev.sync();
+            st = lock(&self.sync);
+            st.running = false;
+            match &result {
+                Ok(()) => st.synced = st.synced.max(target),
+                Err(e) => st.failed = Some(e.to_string()),
+            }
+            self.sync_done.notify_all();
+            result?;
         }
-        let target = self.written.load(Ordering::Acquire);
-        self.dev.sync()?;
-        *synced = target;
-        Ok(())
     }
 
     /// A checkpoint now covers every record up to `seq`: empty the log.
     pub fn reset(&self, seq: u64) -> Result<()> {
         let mut tail = lock(&self.tail);
-        let mut synced = lock(&self.synced);
         self.dev.set_len(0)?;
         self.dev.sync()?;
         *tail = 0;
-        *synced = (*synced).max(seq);
+        let mut st = lock(&self.sync);
+        st.synced = st.synced.max(seq);
+        self.sync_done.notify_all();
         Ok(())
     }
 

@@ -13,11 +13,13 @@
 //! cache. Range scans re-descend from the root for each leaf using the leaf's fence key, so no
 //! sibling pointers need to be maintained and scans never hold a pin between calls.
 
+mod keys;
 mod node;
 
 use std::ops::Bound;
 use std::sync::Arc;
 
+use keys::Keys;
 use node::{shortest_separator, INTERNAL_FIXED, LEAF_FIXED};
 pub use node::{Internal, Leaf, Node, Val};
 
@@ -190,10 +192,10 @@ impl BTree {
                         (Bound::Excluded(k), true) => n.child_below(k),
                     };
                     if !reverse && i < n.keys.len() {
-                        fence = Some(n.keys[i].clone());
+                        fence = Some(n.keys.get(i).to_vec());
                     }
                     if reverse && i > 0 {
-                        fence = Some(n.keys[i - 1].clone());
+                        fence = Some(n.keys.get(i - 1).to_vec());
                     }
                     Some(n.children[i])
                 }
@@ -273,8 +275,10 @@ impl BTree {
                 match &mut *g {
                     Node::Leaf(l) => {
                         let right = l.split_off(l.byte_midpoint());
-                        let sep =
-                            shortest_separator(l.keys.last().expect("left half"), &right.keys[0]);
+                        let sep = shortest_separator(
+                            l.keys.last().expect("left half"),
+                            right.keys.get(0),
+                        );
                         self.leaves += 1;
                         (sep, Node::Leaf(right))
                     }
@@ -306,7 +310,7 @@ impl BTree {
                 }
                 None => {
                     let mut root = Internal {
-                        keys: vec![sep],
+                        keys: Keys::from(vec![sep]),
                         children: vec![node.id(), right.id()],
                         bytes: 0,
                     };
@@ -362,7 +366,7 @@ impl BTree {
             } else {
                 p.children[i + 1]
             };
-            (li, sib, p.keys[li].clone())
+            (li, sib, p.keys.get(li).to_vec())
         };
         let sibling = self.store.get(sibling_id)?;
         let (left, right) = if i > 0 {
@@ -384,7 +388,7 @@ impl BTree {
                         *r = l.split_off(l.byte_midpoint());
                         Fix::Moved(shortest_separator(
                             l.keys.last().expect("left half"),
-                            &r.keys[0],
+                            r.keys.get(0),
                         ))
                     }
                 }
@@ -435,7 +439,7 @@ impl BTree {
                 {
                     let mut g = parent.write();
                     let p = internal_mut(&mut g);
-                    p.keys[li] = up;
+                    p.keys.replace(li, up);
                     p.recount();
                 }
                 self.store.mark_dirty(&left);
@@ -548,15 +552,8 @@ impl Engine for BTree {
                 let Node::Leaf(l) = &*g else {
                     unreachable!("descent ends at a leaf")
                 };
-                let pos = |k: &[u8], incl: bool| {
-                    l.keys.partition_point(|x| {
-                        if incl {
-                            x.as_slice() < k
-                        } else {
-                            x.as_slice() <= k
-                        }
-                    })
-                };
+                // Entries before the cursor: those < k when k is included, <= k when excluded.
+                let pos = |k: &[u8], incl: bool| l.keys.rank(k, !incl);
                 let mut v = Vec::new();
                 if reverse {
                     let end = match &cursor {
@@ -565,10 +562,10 @@ impl Engine for BTree {
                         Bound::Excluded(k) => pos(k, true),
                     };
                     for i in (0..end).rev() {
-                        if before_lo(&l.keys[i], lo) || taken + v.len() == limit {
+                        if before_lo(l.keys.get(i), lo) || taken + v.len() == limit {
                             break;
                         }
-                        v.push((l.keys[i].clone(), l.vals[i].clone()));
+                        v.push((l.keys.get(i).to_vec(), l.vals[i].clone()));
                     }
                 } else {
                     let start = match &cursor {
@@ -577,10 +574,10 @@ impl Engine for BTree {
                         Bound::Excluded(k) => pos(k, false),
                     };
                     for i in start..l.keys.len() {
-                        if past_hi(&l.keys[i], hi) || taken + v.len() == limit {
+                        if past_hi(l.keys.get(i), hi) || taken + v.len() == limit {
                             break;
                         }
-                        v.push((l.keys[i].clone(), l.vals[i].clone()));
+                        v.push((l.keys.get(i).to_vec(), l.vals[i].clone()));
                     }
                 }
                 v
@@ -720,16 +717,16 @@ impl BTree {
             Node::Leaf(l) => &l.keys,
             Node::Internal(n) => &n.keys,
         };
-        if keys.windows(2).any(|p| p[0] >= p[1]) {
+        if keys.iter().zip(keys.iter().skip(1)).any(|(a, b)| a >= b) {
             return Err(bad("keys out of order".into()));
         }
         if let (Some(lo), Some(first)) = (lo, keys.first()) {
-            if first.as_slice() < lo {
+            if first < lo {
                 return Err(bad("key below its lower fence".into()));
             }
         }
         if let (Some(hi), Some(last)) = (hi, keys.last()) {
-            if last.as_slice() >= hi {
+            if last >= hi {
                 return Err(bad("key at or above its upper fence".into()));
             }
         }
@@ -761,15 +758,11 @@ impl BTree {
                 }
                 w.report.internal_nodes += 1;
                 for (i, &c) in n.children.iter().enumerate() {
-                    let clo = if i == 0 {
-                        lo
-                    } else {
-                        Some(n.keys[i - 1].as_slice())
-                    };
+                    let clo = if i == 0 { lo } else { Some(n.keys.get(i - 1)) };
                     let chi = if i == n.keys.len() {
                         hi
                     } else {
-                        Some(n.keys[i].as_slice())
+                        Some(n.keys.get(i))
                     };
                     self.walk(c, clo, chi, depth + 1, w)?;
                 }

@@ -12,6 +12,7 @@
 //! ```
 //! `bytes` tracks the encoded payload size so that split and merge decisions are O(1).
 
+use super::keys::Keys;
 use crate::storage::block::kind;
 use crate::storage::{NodeId, StoredNode};
 
@@ -43,14 +44,14 @@ impl Val {
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Leaf {
-    pub keys: Vec<Vec<u8>>,
+    pub keys: Keys,
     pub vals: Vec<Val>,
     pub bytes: usize,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Internal {
-    pub keys: Vec<Vec<u8>>,
+    pub keys: Keys,
     pub children: Vec<NodeId>,
     pub bytes: usize,
 }
@@ -72,14 +73,14 @@ pub fn sep_len(key: &[u8]) -> usize {
 impl Leaf {
     pub fn new() -> Leaf {
         Leaf {
-            keys: Vec::new(),
+            keys: Keys::default(),
             vals: Vec::new(),
             bytes: LEAF_FIXED,
         }
     }
 
     pub fn search(&self, key: &[u8]) -> Result<usize, usize> {
-        self.keys.binary_search_by(|k| k.as_slice().cmp(key))
+        self.keys.search(key)
     }
 
     pub fn insert_at(&mut self, i: usize, key: Vec<u8>, val: Val) {
@@ -142,12 +143,12 @@ impl Leaf {
 impl Internal {
     /// The child that holds `key`.
     pub fn child_for(&self, key: &[u8]) -> usize {
-        self.keys.partition_point(|s| s.as_slice() <= key)
+        self.keys.rank(key, true)
     }
 
     /// The child that holds the largest keys strictly below `key`.
     pub fn child_below(&self, key: &[u8]) -> usize {
-        self.keys.partition_point(|s| s.as_slice() < key)
+        self.keys.rank(key, false)
     }
 
     /// Insert separator `key` with `child` to its right, after child `i`.
@@ -166,7 +167,7 @@ impl Internal {
     }
 
     pub fn recount(&mut self) {
-        self.bytes = INTERNAL_FIXED + self.keys.iter().map(|k| sep_len(k)).sum::<usize>();
+        self.bytes = INTERNAL_FIXED + self.keys.iter().map(sep_len).sum::<usize>();
     }
 
     /// The separator index to move up when splitting: keys before it stay, keys after it move
@@ -243,9 +244,11 @@ impl StoredNode for Node {
         match kind {
             kind::BTREE_LEAF => {
                 let n = r.u32()? as usize;
-                let mut l = Leaf::new();
-                l.keys.reserve(n);
-                l.vals.reserve(n);
+                let mut l = Leaf {
+                    keys: Keys::with_capacity(n),
+                    vals: Vec::with_capacity(n),
+                    bytes: LEAF_FIXED,
+                };
                 for _ in 0..n {
                     let klen = r.u16()? as usize;
                     let tag = r.u8()?;
@@ -259,10 +262,7 @@ impl StoredNode for Node {
                         },
                         t => return Err(format!("unknown value tag {t}")),
                     };
-                    if l.keys
-                        .last()
-                        .is_some_and(|p| p.as_slice() >= key.as_slice())
-                    {
+                    if l.keys.last().is_some_and(|p| p >= key.as_slice()) {
                         return Err("leaf keys out of order".into());
                     }
                     l.bytes += leaf_entry_len(&key, &val);
@@ -278,7 +278,7 @@ impl StoredNode for Node {
                     return Err("internal node without children".into());
                 }
                 let mut node = Internal {
-                    keys: Vec::with_capacity(n - 1),
+                    keys: Keys::with_capacity(n - 1),
                     children: Vec::with_capacity(n),
                     bytes: 0,
                 };
@@ -348,7 +348,7 @@ mod tests {
         assert_eq!(Node::decode(k, &buf).unwrap(), node);
 
         let mut n = Internal {
-            keys: vec![],
+            keys: Keys::default(),
             children: vec![1],
             bytes: 0,
         };
@@ -373,7 +373,7 @@ mod tests {
     #[test]
     fn child_routing_respects_separators() {
         let n = Internal {
-            keys: vec![b"d".to_vec(), b"m".to_vec()],
+            keys: Keys::from(vec![b"d".to_vec(), b"m".to_vec()]),
             children: vec![1, 2, 3],
             bytes: 0,
         };

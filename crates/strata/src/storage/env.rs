@@ -27,8 +27,9 @@ pub struct EnvLock {
 pub trait Env: Send + Sync + std::fmt::Debug {
     /// A human-readable location, for messages.
     fn location(&self) -> String;
-    /// Prepare the location (create a directory, take the lock). Fails if another holds it.
-    fn lock(&self, create: bool) -> Result<EnvLock>;
+    /// Take the database's exclusive lock, held through the data file `name` (created, with its
+    /// directory, only if `create`). Fails with `Locked` if another open database holds it.
+    fn lock(&self, name: &str, create: bool) -> Result<EnvLock>;
     /// Open device `name`; `Ok(None)` when it does not exist and `create` is false.
     fn open(&self, name: &str, kind: FileKind, create: bool) -> Result<Option<Arc<dyn Device>>>;
 }
@@ -57,30 +58,43 @@ impl Env for FileEnv {
         self.dir.display().to_string()
     }
 
-    fn lock(&self, create: bool) -> Result<EnvLock> {
+    fn lock(&self, name: &str, create: bool) -> Result<EnvLock> {
         let shown = self.location();
+        let absent = |why: &str| Error::NotADatabase {
+            path: shown.clone(),
+            why: why.to_string(),
+        };
         match fs::metadata(&self.dir) {
             Ok(m) if !m.is_dir() => {
-                return Err(Error::NotADatabase {
-                    path: shown,
-                    why: "it is a file; a strata database is a directory".into(),
-                })
+                return Err(absent("it is a file; a strata database is a directory"))
             }
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if !create {
+                    return Err(absent("the directory does not exist"));
+                }
                 fs::create_dir_all(&self.dir)
                     .map_err(|e| Error::io(format!("create directory {shown}"), e))?;
             }
             Err(e) => return Err(Error::io(format!("open directory {shown}"), e)),
         }
-        let path = self.dir.join("LOCK");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io(format!("open {}", path.display()), e))?;
+        // The lock is an advisory lock on the data file itself, so opening a directory that turns
+        // out not to hold a database leaves no trace in it.
+        let path = self.dir.join(name);
+        let file = match OpenOptions::new().read(true).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|e| Error::io(format!("create {}", path.display()), e))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(absent(&format!("it has no {name}")))
+            }
+            Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
+        };
         match file.try_lock() {
             Ok(()) => Ok(EnvLock { _file: Some(file) }),
             Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked { path: shown }),
@@ -143,7 +157,7 @@ impl Env for SimEnv {
         "sim:".to_string()
     }
 
-    fn lock(&self, _create: bool) -> Result<EnvLock> {
+    fn lock(&self, _name: &str, _create: bool) -> Result<EnvLock> {
         Ok(EnvLock { _file: None })
     }
 

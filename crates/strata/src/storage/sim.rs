@@ -43,6 +43,8 @@ struct SimClock {
     model: Affine,
     sync_s: f64,
     now_s: f64,
+    /// Real time each sync sleeps, so concurrent callers overlap as on a real disk.
+    sync_wall: std::time::Duration,
 }
 
 impl SimDisk {
@@ -53,6 +55,7 @@ impl SimDisk {
                 model,
                 sync_s,
                 now_s: 0.0,
+                sync_wall: std::time::Duration::ZERO,
             }),
         })
     }
@@ -94,6 +97,21 @@ impl SimDisk {
         let mut c = self.clock.lock().unwrap_or_else(|e| e.into_inner());
         c.model = model;
         c.sync_s = sync_s;
+    }
+
+    /// Make every sync take `wall` of real time (for tests of concurrent commit).
+    pub fn set_sync_latency(&self, wall: std::time::Duration) {
+        self.clock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .sync_wall = wall;
+    }
+
+    fn sync_latency(&self) -> std::time::Duration {
+        self.clock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .sync_wall
     }
 
     fn tick(&self, bytes: Option<u64>) {
@@ -244,6 +262,10 @@ impl Device for SimDevice {
     fn sync(&self) -> Result<()> {
         self.disk.admit(false, &format!("sync {}", self.name))?;
         self.disk.tick(None);
+        let wall = self.disk.sync_latency();
+        if !wall.is_zero() {
+            std::thread::sleep(wall);
+        }
         let mut im = self.images();
         let pending = std::mem::take(&mut im.pending);
         for p in pending {
