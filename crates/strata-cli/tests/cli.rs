@@ -1,0 +1,380 @@
+//! End-to-end tests of the `strata` binary: every test runs the real executable against
+//! databases in temporary directories and checks its output and exit codes.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+fn strata(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .output()
+        .expect("run strata")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Run a command that must succeed; returns its stdout.
+fn ok(args: &[&str]) -> String {
+    let out = strata(args);
+    assert!(
+        out.status.success(),
+        "strata {args:?} failed with {}: {}",
+        out.status,
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+fn json(args: &[&str]) -> Value {
+    let stdout = ok(args);
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {stdout}"))
+}
+
+/// Run a command that must fail with `code`; returns its stderr.
+fn fails(args: &[&str], code: i32) -> String {
+    let out = strata(args);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "strata {args:?}: stdout {} stderr {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stderr)
+}
+
+fn db_in(tmp: &TempDir) -> String {
+    tmp.path().join("db").display().to_string()
+}
+
+fn f64_at(v: &Value, path: &str) -> f64 {
+    v.pointer(path)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("no number at {path} in {v}"))
+}
+
+fn u64_at(v: &Value, path: &str) -> u64 {
+    v.pointer(path)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("no integer at {path} in {v}"))
+}
+
+#[test]
+fn sizes_take_units_and_bad_ones_are_rejected() {
+    let tmp = TempDir::new().unwrap();
+    let db = db_in(&tmp);
+    let v = json(&[
+        "load",
+        "--db",
+        &db,
+        "--keys",
+        "10",
+        "--node-size",
+        "4KiB",
+        "--cache",
+        "1MiB",
+        "--key-size",
+        "16B",
+        "--value-size",
+        "1K",
+        "--json",
+    ]);
+    assert_eq!(u64_at(&v, "/database/node_size"), 4096);
+    assert_eq!(u64_at(&v, "/database/cache/budget_bytes"), 1 << 20);
+    assert_eq!(u64_at(&v, "/load/value_size"), 1024);
+    assert_eq!(u64_at(&v, "/database/live_bytes"), 10 * (16 + 1024));
+
+    let fresh = tmp.path().join("fresh").display().to_string();
+    for (flag, bad, why) in [
+        ("--cache", "12XB", "unknown unit"),
+        ("--node-size", "1.5MiB", "not a size"),
+        ("--value-size", "99999999999TiB", "too large"),
+    ] {
+        let err = fails(&["load", "--db", &fresh, "--keys", "1", flag, bad], 1);
+        assert!(err.contains(why), "{flag} {bad}: {err}");
+    }
+    let err = fails(
+        &["load", "--db", &fresh, "--keys", "1", "--node-size", "3KiB"],
+        1,
+    );
+    assert!(
+        err.starts_with("error: ") && err.contains("power of two"),
+        "{err}"
+    );
+    assert!(!Path::new(&fresh).exists());
+}
+
+#[test]
+fn load_reports_amplification_and_a_cold_read_pass() {
+    let tmp = TempDir::new().unwrap();
+    let db = db_in(&tmp);
+    let v = json(&[
+        "load",
+        "--db",
+        &db,
+        "--keys",
+        "20000",
+        "--node-size",
+        "4KiB",
+        "--reads",
+        "2000",
+        "--cold",
+        "--json",
+    ]);
+    assert_eq!(u64_at(&v, "/load/keys"), 20000);
+    assert_eq!(u64_at(&v, "/database/live_keys"), 20000);
+    assert_eq!(
+        u64_at(&v, "/load/logical_bytes_written"),
+        20000 * (16 + 100)
+    );
+    assert!(f64_at(&v, "/load/write_amplification") > 0.0);
+    assert!(f64_at(&v, "/database/space_amplification") > 0.0);
+    assert!(f64_at(&v, "/load/ops_per_s") > 0.0);
+    assert!(u64_at(&v, "/database/height") >= 2);
+    assert_eq!(u64_at(&v, "/reads/reads"), 2000);
+    // A cold cache must go to the device, but never more than once per level.
+    let ra = f64_at(&v, "/reads/read_amplification");
+    assert!(ra > 0.0 && ra <= 3.0, "RA {ra}");
+    assert!(u64_at(&v, "/reads/cache_misses") > 0);
+    assert!(u64_at(&v, "/peak_rss_bytes") > 0);
+
+    // The table form has the same facts for people.
+    let table = ok(&[
+        "load",
+        "--db",
+        &db,
+        "--keys",
+        "100",
+        "--no-sync",
+        "--reads",
+        "10",
+    ]);
+    for label in ["WA", "SA", "RA", "peak RSS", "hits / misses", "throughput"] {
+        assert!(table.contains(label), "no {label} in\n{table}");
+    }
+    assert!(fails(&["load", "--db", &db, "--keys", "1", "--cold"], 1).contains("--reads"));
+}
+
+#[test]
+fn put_get_delete_scan_round_trip() {
+    let tmp = TempDir::new().unwrap();
+    let db = db_in(&tmp);
+    for (k, v) in [("b", "2"), ("a", "1"), ("d", "4"), ("c", "tab\there")] {
+        ok(&["put", "--db", &db, k, v]);
+    }
+    assert_eq!(ok(&["get", "--db", &db, "a"]), "1\n");
+    assert_eq!(ok(&["get", "--db", &db, "c"]), "tab\\there\n");
+    ok(&["put", "--db", &db, "a", "one"]);
+    assert_eq!(ok(&["get", "--db", &db, "a"]), "one\n");
+
+    assert_eq!(
+        ok(&["scan", "--db", &db]),
+        "a\tone\nb\t2\nc\ttab\\there\nd\t4\n"
+    );
+    assert_eq!(
+        ok(&["scan", "--db", &db, "--reverse"]),
+        "d\t4\nc\ttab\\there\nb\t2\na\tone\n"
+    );
+    assert_eq!(
+        ok(&["scan", "--db", &db, "--from", "b", "--to", "d"]),
+        "b\t2\nc\ttab\\there\n"
+    );
+    assert_eq!(
+        ok(&[
+            "scan",
+            "--db",
+            &db,
+            "--from",
+            "b",
+            "--to",
+            "d",
+            "--reverse",
+            "--limit",
+            "1"
+        ]),
+        "c\ttab\\there\n"
+    );
+    assert_eq!(ok(&["scan", "--db", &db, "--from", "x"]), "");
+
+    ok(&["delete", "--db", &db, "b"]);
+    fails(&["get", "--db", &db, "b"], 1);
+    assert_eq!(
+        ok(&["scan", "--db", &db, "--limit", "2"]),
+        "a\tone\nc\ttab\\there\n"
+    );
+
+    // Binary keys and values: hex in, hex out; text output escapes them.
+    ok(&["put", "--db", &db, "--hex", "ff00", "0a01"]);
+    assert_eq!(ok(&["get", "--db", &db, "--hex", "FF00"]), "0a01\n");
+    assert_eq!(
+        ok(&["scan", "--db", &db, "--from", "d"]),
+        "d\t4\n\\xff\\x00\t\\n\\x01\n"
+    );
+    assert_eq!(
+        ok(&["scan", "--db", &db, "--hex", "--from", "64"]),
+        "64\t34\nff00\t0a01\n"
+    );
+    assert!(fails(&["get", "--db", &db, "--hex", "xyz"], 1).contains("not hex"));
+}
+
+#[test]
+fn get_of_a_missing_key_exits_1() {
+    let tmp = TempDir::new().unwrap();
+    let db = db_in(&tmp);
+    ok(&["put", "--db", &db, "here", "yes"]);
+    let err = fails(&["get", "--db", &db, "absent"], 1);
+    assert!(err.contains("not found"), "{err}");
+}
+
+#[test]
+fn stats_on_a_loaded_db() {
+    let tmp = TempDir::new().unwrap();
+    let db = db_in(&tmp);
+    ok(&[
+        "load",
+        "--db",
+        &db,
+        "--keys",
+        "5000",
+        "--order",
+        "sequential",
+        "--node-size",
+        "8KiB",
+        "--no-sync",
+        "--json",
+    ]);
+    let v = json(&["stats", "--db", &db, "--json"]);
+    assert_eq!(v["engine"], "btree");
+    assert_eq!(u64_at(&v, "/node_size"), 8192);
+    assert_eq!(u64_at(&v, "/live_keys"), 5000);
+    assert_eq!(u64_at(&v, "/live_bytes"), 5000 * 116);
+    assert!(u64_at(&v, "/height") >= 2);
+    assert!(u64_at(&v, "/leaf_nodes") > 1);
+    assert!(u64_at(&v, "/data_file_bytes") > 5000 * 116);
+    assert!(f64_at(&v, "/space_amplification") > 1.0);
+    assert!(u64_at(&v, "/cache/budget_bytes") > 0);
+    let table = ok(&["stats", "--db", &db]);
+    assert!(
+        table.contains("live keys") && table.contains("5000"),
+        "{table}"
+    );
+}
+
+#[test]
+fn check_passes_on_a_good_db() {
+    let tmp = TempDir::new().unwrap();
+    let db = db_in(&tmp);
+    ok(&[
+        "load",
+        "--db",
+        &db,
+        "--keys",
+        "3000",
+        "--node-size",
+        "4KiB",
+        "--no-sync",
+        "--json",
+    ]);
+    let out = ok(&["check", "--db", &db]);
+    assert!(out.contains("ok") && out.contains("3000"), "{out}");
+}
+
+#[test]
+fn check_finds_a_flipped_byte_and_exits_2() {
+    let tmp = TempDir::new().unwrap();
+    let db = db_in(&tmp);
+    ok(&[
+        "load",
+        "--db",
+        &db,
+        "--keys",
+        "20000",
+        "--node-size",
+        "4KiB",
+        "--no-sync",
+        "--json",
+    ]);
+    // Some pages after the superblocks are free holes, so damage byte 100 of every page from
+    // 8192 on: whichever live node `check` reads first must be reported.
+    let path = tmp.path().join("db").join("strata.data");
+    let mut data = std::fs::read(&path).unwrap();
+    assert!(data.len() > 8192);
+    for at in (8192 + 100..data.len()).step_by(4096) {
+        data[at] ^= 0x55;
+    }
+    std::fs::write(&path, data).unwrap();
+    let err = fails(&["check", "--db", &db], 2);
+    assert!(
+        err.starts_with("error: ") && err.contains("offset") && err.contains("strata.data"),
+        "{err}"
+    );
+}
+
+#[test]
+fn commands_on_a_missing_db_fail_without_creating_it() {
+    let tmp = TempDir::new().unwrap();
+    let db = db_in(&tmp);
+    for args in [
+        vec!["get", "--db", &db, "k"],
+        vec!["stats", "--db", &db],
+        vec!["stats", "--db", &db, "--json"],
+        vec!["check", "--db", &db],
+        vec!["scan", "--db", &db],
+        vec!["delete", "--db", &db, "k"],
+    ] {
+        let err = fails(&args, 1);
+        assert!(
+            err.starts_with("error: ") && err.contains(&db),
+            "{args:?}: {err}"
+        );
+        assert!(!Path::new(&db).exists(), "{args:?} created {db}");
+    }
+    // An existing directory that holds no database is refused too.
+    std::fs::create_dir(&db).unwrap();
+    let err = fails(&["stats", "--db", &db], 1);
+    assert!(err.contains("not a strata database"), "{err}");
+}
+
+#[test]
+fn cache_budget_holds_during_a_large_load() {
+    let tmp = TempDir::new().unwrap();
+    let db = db_in(&tmp);
+    let v = json(&[
+        "load",
+        "--db",
+        &db,
+        "--keys",
+        "1000000",
+        "--cache",
+        "16MiB",
+        "--no-sync",
+        "--node-size",
+        "4KiB",
+        "--json",
+    ]);
+    assert_eq!(u64_at(&v, "/database/live_keys"), 1_000_000);
+    let budget = u64_at(&v, "/database/cache/budget_bytes");
+    let peak = u64_at(&v, "/database/cache/peak_bytes");
+    assert_eq!(budget, 16 << 20);
+    assert!(
+        u64_at(&v, "/database/cache/evictions") > 0,
+        "the load never filled the cache"
+    );
+    // Only the pinned root-to-leaf path may be over budget.
+    assert!(
+        peak <= budget + (1 << 20),
+        "peak {peak} over budget {budget}"
+    );
+    // And the process as a whole, measured by the kernel rather than by the pool's own count:
+    // the budget plus a fixed allowance for code, the log and the generator.
+    let rss = u64_at(&v, "/peak_rss_bytes");
+    assert!(
+        rss <= budget + (64 << 20),
+        "peak RSS {rss} for a {budget}-byte cache"
+    );
+}
