@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::options::{Durability, EngineOptions, Options};
 use crate::storage::{Device, Env, EnvLock, FileEnv, FileKind, IoStats, Metered, Pager};
-use crate::wal::Wal;
+use crate::wal::{self, Wal};
 
 pub const DATA_FILE: &str = "strata.data";
 pub const WAL_FILE: &str = "strata.wal";
@@ -89,6 +89,13 @@ fn open_engine(
     }
 }
 
+fn log_is_empty(env: &dyn Env) -> Result<bool> {
+    match env.open(WAL_FILE, FileKind::Log, false)? {
+        Some(log) => Ok(log.len()? == 0),
+        None => Ok(true),
+    }
+}
+
 impl Db {
     /// Open the database in directory `path`, creating it if absent (unless told not to).
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
@@ -108,11 +115,13 @@ impl Db {
         let existing = env.open(DATA_FILE, FileKind::Data, false)?;
         let mut engine;
         let checkpoint_seq;
+        let mut checkpoint_slot = 0;
         match existing {
-            Some(dev) if dev.len()? > 0 => {
+            Some(dev) if !(Pager::is_unfinished(&*dev)? && log_is_empty(env)?) => {
                 let (pager, cp) = Pager::open(metered(dev, &data_stats))?;
                 engine = open_engine(pager, &opts, Some(&cp))?;
                 checkpoint_seq = cp.wal_seq;
+                checkpoint_slot = cp.seq % 2;
             }
             _ => {
                 if !opts.create_if_missing {
@@ -121,23 +130,39 @@ impl Db {
                         why: "no database here and create_if_missing is off".into(),
                     });
                 }
+                // Absent, empty, or a creation that a crash cut short before its first
+                // superblock was durable: start afresh.
                 let dev = env.open(DATA_FILE, FileKind::Data, true)?.expect("created");
+                dev.set_len(0)?;
                 engine = open_engine(Pager::create(metered(dev, &data_stats)), &opts, None)?;
                 checkpoint_seq = 0;
             }
         }
         let wal_dev = env.open(WAL_FILE, FileKind::Log, true)?.expect("created");
-        let (wal, last_seq) = Wal::open(
-            metered(wal_dev, &wal_stats),
-            checkpoint_seq,
-            |_, off, payload| {
-                let batch = WriteBatch::decode(payload).map_err(|what| {
-                    Error::corruption(WAL_FILE, off, format!("log record: {what}"))
+        let wal_name = wal_dev.name().to_string();
+        let data_name = engine.device().name().to_string();
+        let newer_slot = (1 - checkpoint_slot) * crate::storage::pager::SUPERBLOCK_SIZE;
+        let replay = |r: wal::Record<'_>| match r.kind {
+            wal::Kind::Batch => {
+                let batch = WriteBatch::decode(r.payload).map_err(|what| {
+                    Error::corruption(&wal_name, r.offset, format!("log record: {what}"))
                 })?;
                 apply(&mut *engine, &batch)?;
                 engine.settle()
-            },
-        )?;
+            }
+            // The log continues a checkpoint newer than the superblock we found: the newer
+            // superblock is damaged, and its extents may since have been reused.
+            wal::Kind::Checkpoint => Err(Error::corruption(
+                &data_name,
+                newer_slot,
+                format!(
+                    "the log continues a checkpoint covering sequence {}, but the newest valid \
+                     superblock covers only {checkpoint_seq}: the newer superblock is damaged",
+                    r.seq
+                ),
+            )),
+        };
+        let (wal, last_seq) = Wal::open(metered(wal_dev, &wal_stats), checkpoint_seq, replay)?;
         Ok(Db {
             opts,
             state: Mutex::new(State {
@@ -202,13 +227,17 @@ impl Db {
         let seq = {
             let mut st = self.state()?;
             let seq = st.next_seq;
-            self.wal
-                .append(seq, &payload)
+            let at = self
+                .wal
+                .append(wal::Kind::Batch, seq, &payload)
                 .map_err(|e| self.poisoned(e))?;
             st.next_seq += 1;
-            apply(&mut *st.engine, &batch)
-                .and_then(|_| st.engine.settle())
-                .map_err(|e| self.poisoned(e))?;
+            if let Err(e) = apply(&mut *st.engine, &batch).and_then(|_| st.engine.settle()) {
+                // Memory may hold part of the batch; the log must not, or every reopen would
+                // replay into the same failure. The batch was never acknowledged.
+                let _ = self.wal.retract(at, seq);
+                return Err(self.poisoned(e));
+            }
             self.counters.batches.fetch_add(1, Relaxed);
             self.counters.ops.fetch_add(batch.len() as u64, Relaxed);
             self.counters

@@ -1,13 +1,24 @@
 //! The write-ahead log: one record per write batch, appended to one device.
 //!
 //! ```text
-//! | xxh3 u64 | payload len u32 | seq u64 | payload |     checksum over bytes 8 .. 20 + len
+//! 0      8             12     13    16      24        32
+//! | xxh3 | payload len | kind | 0 0 0 | seq | durable | payload |   checksum over 8 .. 32 + len
 //! ```
-//! Sequence numbers are consecutive. Replay applies the records whose sequence number is above
-//! the checkpoint's, in order, and stops at the first record that is cut short, fails its
-//! checksum or breaks the sequence: that is the torn tail of a crash. A damaged record followed
-//! by a valid later record is not a tail but corruption, reported with its offset, as is a log
-//! whose first record leaves a gap after the checkpoint.
+//! `kind` is 0 for a write batch and 1 for a checkpoint marker; `durable` is the highest
+//! sequence number known to be on stable storage when the record was appended.
+//!
+//! Sequence numbers are consecutive. After every checkpoint the log is emptied and begins with
+//! a marker carrying the checkpoint's sequence number, so the log itself says which checkpoint
+//! it continues. Replay applies the records above the checkpoint's sequence number, in order, and
+//! stops at the first record that is cut short, fails its checksum or breaks the sequence. What
+//! lies past that point is:
+//! - corruption, reported with the record's offset, if a later valid record was appended after
+//!   the damaged one had been synced (its `durable` covers it): acknowledged data is missing;
+//! - otherwise the tail of a crash (a torn write, or unsynced records that never reached the
+//!   disk, possibly out of order): the log is truncated there.
+//!
+//! A first record that leaves a gap after the checkpoint, and a marker newer than the checkpoint
+//! (the superblock of a later checkpoint is damaged), are corruption too.
 //!
 //! Group commit: appends happen under the `Db`'s write lock; syncing happens after it is
 //! released. A writer that needs durability returns at once if a finished sync covered its
@@ -16,9 +27,6 @@
 //! during one fdatasync share the next. No lock is held during the fdatasync itself, and once an
 //! fdatasync fails every later one reports failure (its pages may be lost: retrying could
 //! falsely report durability).
-//!
-//! After a checkpoint the log is truncated to nothing: it never holds more than the records since
-//! the last checkpoint.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -28,7 +36,21 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::error::{Error, Result};
 use crate::storage::Device;
 
-const HEADER: usize = 20;
+pub const HEADER: usize = 32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Batch = 0,
+    Checkpoint = 1,
+}
+
+/// One record as replay sees it.
+pub struct Record<'a> {
+    pub kind: Kind,
+    pub seq: u64,
+    pub offset: u64,
+    pub payload: &'a [u8],
+}
 
 #[derive(Debug)]
 pub struct Wal {
@@ -54,13 +76,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+struct Parsed {
+    kind: Kind,
+    seq: u64,
+    durable: u64,
+    len: usize,
+}
+
 impl Wal {
-    /// Replay the log on `dev`: `apply(seq, offset, payload)` for each record after `after_seq`.
-    /// Returns the log, ready to append, and the last sequence number seen.
+    /// Replay the log on `dev`, calling `apply` for each record after `after_seq` (markers
+    /// included, so the caller can judge them). Returns the log, ready to append, and the last
+    /// sequence number seen. Whatever replay found is made durable before returning.
     pub fn open(
         dev: Arc<dyn Device>,
         after_seq: u64,
-        mut apply: impl FnMut(u64, u64, &[u8]) -> Result<()>,
+        mut apply: impl FnMut(Record<'_>) -> Result<()>,
     ) -> Result<(Wal, u64)> {
         let len = dev.len()?;
         let mut buf = vec![0u8; len as usize];
@@ -71,34 +101,48 @@ impl Wal {
         let mut off = 0usize;
         let mut last = after_seq;
         let mut expect: Option<u64> = None;
-        while let Some((seq, plen)) = record_at(&buf, off, |s| expect.is_none_or(|e| e == s)) {
-            if expect.is_none() && seq > after_seq + 1 {
+        while let Some(r) = parse(&buf, off, |s| expect.is_none_or(|e| e == s)) {
+            if expect.is_none() && r.seq > after_seq + 1 {
                 return Err(Error::corruption(
                     &name,
                     off as u64,
-                    format!("log starts at sequence {seq} but the checkpoint covers only up to {after_seq}"),
+                    format!("log starts at sequence {} but the checkpoint covers only up to {after_seq}", r.seq),
                 ));
             }
-            if seq > after_seq {
-                apply(seq, off as u64, &buf[off + HEADER..off + HEADER + plen])?;
+            if r.seq > after_seq {
+                let payload = &buf[off + HEADER..off + HEADER + r.len];
+                apply(Record {
+                    kind: r.kind,
+                    seq: r.seq,
+                    offset: off as u64,
+                    payload,
+                })?;
             }
-            last = last.max(seq);
-            expect = Some(seq + 1);
-            off += HEADER + plen;
+            last = last.max(r.seq);
+            expect = Some(r.seq + 1);
+            off += HEADER + r.len;
         }
+        let replayed = last > after_seq;
         if off < buf.len() {
-            // Either the torn tail of a crash, or damage in the middle: a later record that is
-            // valid and continues past what we replayed means the latter.
+            // A valid later record written after the next expected one had been synced proves
+            // that acknowledged data is damaged; anything else is the tail of a crash.
+            let next = last + 1;
             let most = last + (buf.len() / HEADER) as u64;
-            if (off + 1..buf.len()).any(|p| record_at(&buf, p, |s| s > last && s <= most).is_some())
-            {
+            let proof = (off + 1..buf.len())
+                .filter_map(|p| parse(&buf, p, |s| s > last && s <= most))
+                .any(|r| r.durable >= next);
+            if proof {
                 return Err(Error::corruption(
                     &name,
                     off as u64,
-                    "damaged log record followed by valid ones",
+                    format!("log record {next} is damaged but a later record shows it was synced"),
                 ));
             }
             dev.set_len(off as u64)?;
+        }
+        if replayed || off < buf.len() {
+            // What replay made visible must not vanish in a later power cut.
+            dev.sync()?;
         }
         let wal = Wal {
             dev,
@@ -114,18 +158,33 @@ impl Wal {
     }
 
     /// Append one record; called with the `Db`'s write lock held, so appends are ordered.
-    pub fn append(&self, seq: u64, payload: &[u8]) -> Result<()> {
+    /// Returns the offset the record starts at.
+    pub fn append(&self, kind: Kind, seq: u64, payload: &[u8]) -> Result<u64> {
+        let durable = lock(&self.sync).synced;
         let mut rec = Vec::with_capacity(HEADER + payload.len());
         rec.extend_from_slice(&[0u8; 8]);
         rec.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        rec.extend_from_slice(&[kind as u8, 0, 0, 0]);
         rec.extend_from_slice(&seq.to_le_bytes());
+        rec.extend_from_slice(&durable.to_le_bytes());
         rec.extend_from_slice(payload);
         let sum = xxh3_64(&rec[8..]);
         rec[..8].copy_from_slice(&sum.to_le_bytes());
         let mut tail = lock(&self.tail);
-        self.dev.write_at(&rec, *tail)?;
+        let start = *tail;
+        self.dev.write_at(&rec, start)?;
         *tail += rec.len() as u64;
-        self.written.store(seq, Ordering::Release);
+        self.written.fetch_max(seq, Ordering::Release);
+        Ok(start)
+    }
+
+    /// Take back the last record (it starts at `offset`): its batch failed and was never
+    /// acknowledged, so replay must not meet it.
+    pub fn retract(&self, offset: u64, seq: u64) -> Result<()> {
+        let mut tail = lock(&self.tail);
+        self.dev.set_len(offset)?;
+        *tail = offset;
+        self.written.store(seq - 1, Ordering::Release);
         Ok(())
     }
 
@@ -161,14 +220,20 @@ impl Wal {
         }
     }
 
-    /// A checkpoint now covers every record up to `seq`: empty the log.
+    /// A checkpoint now covers every record up to `seq`: empty the log and start it with a
+    /// marker for that checkpoint.
     pub fn reset(&self, seq: u64) -> Result<()> {
-        let mut tail = lock(&self.tail);
-        self.dev.set_len(0)?;
+        {
+            let mut tail = lock(&self.tail);
+            self.dev.set_len(0)?;
+            *tail = 0;
+        }
+        {
+            let mut st = lock(&self.sync);
+            st.synced = st.synced.max(seq);
+        }
+        self.append(Kind::Checkpoint, seq, &[])?;
         self.dev.sync()?;
-        *tail = 0;
-        let mut st = lock(&self.sync);
-        st.synced = st.synced.max(seq);
         self.sync_done.notify_all();
         Ok(())
     }
@@ -182,17 +247,30 @@ impl Wal {
     }
 }
 
-/// The (seq, payload length) of a valid record at `off` whose sequence number `accept`s, if any.
-/// The sequence number is tested before the checksum, which keeps scans over garbage cheap.
-fn record_at(buf: &[u8], off: usize, accept: impl Fn(u64) -> bool) -> Option<(u64, usize)> {
+/// The valid record at `off` whose sequence number `accept`s, if any. The sequence number is
+/// tested before the checksum, which keeps scans over garbage cheap.
+fn parse(buf: &[u8], off: usize, accept: impl Fn(u64) -> bool) -> Option<Parsed> {
     let h = buf.get(off..off + HEADER)?;
-    let plen = u32::from_le_bytes(h[8..12].try_into().unwrap()) as usize;
-    let seq = u64::from_le_bytes(h[12..20].try_into().unwrap());
+    let len = u32::from_le_bytes(h[8..12].try_into().unwrap()) as usize;
+    let seq = u64::from_le_bytes(h[16..24].try_into().unwrap());
     if !accept(seq) {
         return None;
     }
-    let body = buf.get(off + 8..off + HEADER + plen)?;
-    (xxh3_64(body) == u64::from_le_bytes(h[..8].try_into().unwrap())).then_some((seq, plen))
+    let body = buf.get(off + 8..(off + HEADER).checked_add(len)?)?;
+    if xxh3_64(body) != u64::from_le_bytes(h[..8].try_into().unwrap()) {
+        return None;
+    }
+    let kind = match h[12] {
+        0 => Kind::Batch,
+        1 => Kind::Checkpoint,
+        _ => return None,
+    };
+    Some(Parsed {
+        kind,
+        seq,
+        durable: u64::from_le_bytes(h[24..32].try_into().unwrap()),
+        len,
+    })
 }
 
 #[cfg(test)]
@@ -202,25 +280,37 @@ mod tests {
 
     fn replay(dev: &Arc<SimDevice>, after: u64) -> Result<Vec<(u64, Vec<u8>)>> {
         let mut seen = Vec::new();
-        Wal::open(dev.clone(), after, |s, _, p| {
-            seen.push((s, p.to_vec()));
+        Wal::open(dev.clone(), after, |r| {
+            seen.push((r.seq, r.payload.to_vec()));
             Ok(())
         })?;
         Ok(seen)
     }
 
-    fn log_of(n: u64) -> Arc<SimDevice> {
+    fn new_log() -> (Arc<SimDevice>, Wal) {
         let dev = Arc::new(SimDevice::new("wal", SimDisk::new(Default::default(), 0.0)));
-        let (w, _) = Wal::open(dev.clone(), 0, |_, _, _| Ok(())).unwrap();
+        let (w, _) = Wal::open(dev.clone(), 0, |_| Ok(())).unwrap();
+        (dev, w)
+    }
+
+    /// Records 1..=n of 8 payload bytes each, synced after each when `sync`.
+    fn log_of(n: u64, sync: bool) -> Arc<SimDevice> {
+        let (dev, w) = new_log();
         for s in 1..=n {
-            w.append(s, format!("record {s}").as_bytes()).unwrap();
+            w.append(Kind::Batch, s, format!("record {s}").as_bytes())
+                .unwrap();
+            if sync {
+                w.sync_through(s).unwrap();
+            }
         }
         dev
     }
 
+    const REC: u64 = HEADER as u64 + 8;
+
     #[test]
     fn replays_after_the_checkpoint_and_drops_a_torn_tail() {
-        let dev = log_of(3);
+        let dev = log_of(3, true);
         assert_eq!(
             replay(&dev, 1)
                 .unwrap()
@@ -236,27 +326,55 @@ mod tests {
             2,
             "cut record is a torn tail"
         );
-        assert_eq!(dev.len().unwrap(), 2 * (HEADER as u64 + 8), "tail trimmed");
+        assert_eq!(dev.len().unwrap(), 2 * REC, "tail trimmed");
     }
 
     #[test]
-    fn damage_before_valid_records_is_corruption() {
-        let dev = log_of(3);
-        dev.corrupt_byte(HEADER as u64 + 2, 1);
+    fn damage_to_a_synced_record_before_valid_ones_is_corruption() {
+        let dev = log_of(3, true);
+        dev.corrupt_byte(REC + 2, 1);
         let e = replay(&dev, 0).unwrap_err();
-        assert!(matches!(e, Error::Corruption { offset: 0, .. }), "{e}");
-        let dev = log_of(3);
+        assert!(
+            matches!(e, Error::Corruption { offset, .. } if offset == REC),
+            "{e}"
+        );
         // Damage in the last record alone is indistinguishable from a torn write.
-        dev.corrupt_byte(2 * (HEADER as u64 + 8) + HEADER as u64 + 1, 1);
+        let dev = log_of(3, true);
+        dev.corrupt_byte(2 * REC + HEADER as u64 + 1, 1);
         assert_eq!(replay(&dev, 0).unwrap().len(), 2);
     }
 
     #[test]
+    fn a_hole_left_by_unsynced_records_is_a_crash_tail() {
+        // Records 2 and 3 were never synced; 2 never reached the disk but 3 did.
+        let dev = log_of(3, false);
+        dev.corrupt_byte(REC + 2, 1);
+        assert_eq!(replay(&dev, 0).unwrap().len(), 1);
+        assert_eq!(dev.len().unwrap(), REC);
+    }
+
+    #[test]
     fn a_gap_after_the_checkpoint_is_corruption() {
-        let dev = Arc::new(SimDevice::new("wal", SimDisk::new(Default::default(), 0.0)));
-        let (w, _) = Wal::open(dev.clone(), 0, |_, _, _| Ok(())).unwrap();
-        w.append(5, b"x").unwrap();
+        let (dev, w) = new_log();
+        w.append(Kind::Batch, 5, b"x").unwrap();
         assert!(replay(&dev, 3).unwrap_err().is_corruption());
         assert_eq!(replay(&dev, 4).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn reset_leaves_a_marker_and_retract_removes_the_last_record() {
+        let (dev, w) = new_log();
+        w.append(Kind::Batch, 1, b"a").unwrap();
+        w.reset(1).unwrap();
+        let off = w.append(Kind::Batch, 2, b"b").unwrap();
+        w.append(Kind::Batch, 3, b"c").unwrap();
+        w.retract(off + HEADER as u64 + 1, 3).unwrap();
+        let mut kinds = Vec::new();
+        Wal::open(dev.clone(), 0, |r| {
+            kinds.push((r.kind, r.seq));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(kinds, vec![(Kind::Checkpoint, 1), (Kind::Batch, 2)]);
     }
 }

@@ -21,7 +21,7 @@ pub enum FileKind {
 
 /// Keeps the database exclusively open while alive.
 pub struct EnvLock {
-    _file: Option<File>,
+    _held: Box<dyn Send + Sync>,
 }
 
 pub trait Env: Send + Sync + std::fmt::Debug {
@@ -96,7 +96,9 @@ impl Env for FileEnv {
             Err(e) => return Err(Error::io(format!("open {}", path.display()), e)),
         };
         match file.try_lock() {
-            Ok(()) => Ok(EnvLock { _file: Some(file) }),
+            Ok(()) => Ok(EnvLock {
+                _held: Box::new(file),
+            }),
             Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked { path: shown }),
             Err(std::fs::TryLockError::Error(e)) => {
                 Err(Error::io(format!("lock {}", path.display()), e))
@@ -106,11 +108,30 @@ impl Env for FileEnv {
 
     fn open(&self, name: &str, kind: FileKind, create: bool) -> Result<Option<Arc<dyn Device>>> {
         let path = self.dir.join(name);
-        if !create && !path.exists() {
+        let existed = path.exists();
+        if !create && !existed {
             return Ok(None);
         }
         let direct = self.direct && kind == FileKind::Data;
-        Ok(Some(Arc::new(FileDevice::open(&path, create, direct)?)))
+        let dev = FileDevice::open(&path, create, direct)?;
+        if !existed {
+            // A new file's name is durable only once its directory is synced.
+            File::open(&self.dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| Error::io(format!("fsync directory {}", self.location()), e))?;
+        }
+        Ok(Some(Arc::new(dev)))
+    }
+}
+
+/// Releases a `SimEnv`'s lock when the `Db` holding it is dropped.
+struct SimLock(Arc<SimFiles>);
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        self.0
+            .locked
+            .store(false, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -158,7 +179,18 @@ impl Env for SimEnv {
     }
 
     fn lock(&self, _name: &str, _create: bool) -> Result<EnvLock> {
-        Ok(EnvLock { _file: None })
+        if self
+            .files
+            .locked
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return Err(Error::Locked {
+                path: self.location(),
+            });
+        }
+        Ok(EnvLock {
+            _held: Box::new(SimLock(self.files.clone())),
+        })
     }
 
     fn open(&self, name: &str, _kind: FileKind, create: bool) -> Result<Option<Arc<dyn Device>>> {

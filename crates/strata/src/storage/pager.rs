@@ -73,6 +73,23 @@ impl Pager {
         }
     }
 
+    /// Whether `dev` holds nothing a database ever committed: empty, or a creation cut short
+    /// before its first superblock was durable (both slots blank, and no more data than a new
+    /// database's first checkpoint writes, so a real database with damaged superblocks is never
+    /// mistaken for one).
+    pub fn is_unfinished(dev: &dyn Device) -> Result<bool> {
+        let len = dev.len()?;
+        if len > DATA_START + 4 * PAGE {
+            return Ok(false);
+        }
+        let head = len.min(DATA_START) as usize;
+        let mut buf = vec![0u8; head];
+        if head > 0 {
+            dev.read_at(&mut buf, 0)?;
+        }
+        Ok(buf.iter().all(|&b| b == 0))
+    }
+
     /// Open the newest valid checkpoint on `dev`.
     pub fn open(dev: Arc<dyn Device>) -> Result<(Pager, Checkpoint)> {
         let name = dev.name().to_string();
@@ -290,7 +307,10 @@ impl Pager {
         all.sort();
         let mut prev_end = DATA_START;
         for (e, id) in all {
-            if e.offset < prev_end || e.offset % PAGE != 0 || e.end() > len {
+            if e.offset < prev_end
+                || !e.offset.is_multiple_of(PAGE)
+                || e.offset.checked_add(e.len).is_none_or(|end| end > len)
+            {
                 return Err(Error::corruption(
                     self.file_name(),
                     e.offset,
@@ -369,7 +389,13 @@ fn decode_superblock(b: &[u8], file: &str, off: u64) -> Result<Superblock> {
 
 fn read_table(dev: &dyn Device, ext: Extent, file_len: u64) -> Result<HashMap<NodeId, Extent>> {
     let name = dev.name();
-    if ext.offset < DATA_START || !ext.offset.is_multiple_of(PAGE) || ext.end() > file_len {
+    if ext.offset < DATA_START
+        || !ext.offset.is_multiple_of(PAGE)
+        || ext
+            .offset
+            .checked_add(ext.len)
+            .is_none_or(|end| end > file_len)
+    {
         return Err(Error::corruption(
             name,
             ext.offset,
@@ -394,7 +420,11 @@ fn read_table(dev: &dyn Device, ext: Extent, file_len: u64) -> Result<HashMap<No
         let id = u64::from_le_bytes(e[..8].try_into().unwrap());
         let offset = u64::from_le_bytes(e[8..16].try_into().unwrap());
         let len = u64::from_le_bytes(e[16..24].try_into().unwrap());
-        if offset < DATA_START || offset % PAGE != 0 || len == 0 || offset + len > file_len {
+        if offset < DATA_START
+            || offset % PAGE != 0
+            || len == 0
+            || offset.checked_add(len).is_none_or(|end| end > file_len)
+        {
             return Err(bad(&format!(
                 "translation entry for node {id} points outside the file"
             )));

@@ -293,6 +293,8 @@ impl Device for SimDevice {
 #[derive(Debug)]
 pub struct SimFiles {
     pub disk: Arc<SimDisk>,
+    /// Held by the open `Db`, as the file lock is on real files.
+    pub(crate) locked: std::sync::atomic::AtomicBool,
     devices: Mutex<BTreeMap<String, Arc<SimDevice>>>,
 }
 
@@ -300,6 +302,7 @@ impl SimFiles {
     pub fn new(disk: Arc<SimDisk>) -> SimFiles {
         SimFiles {
             disk,
+            locked: Default::default(),
             devices: Mutex::new(BTreeMap::new()),
         }
     }
