@@ -504,31 +504,35 @@ impl<'a> Run<'a> {
         let own = |b: &Bound<Key>| b.as_ref().map(|k| k.0.clone());
         let mut it = self.db().range((own(lo), own(hi)))?;
         let ctx = || format!("range {lo:?}..{hi:?} {scan:?}");
+        // One step from either end: Ok(false) once both the iterator and the oracle are done.
+        let mut step =
+            |it: &mut strata::RangeIter<'_>, back: bool, i: u32| -> strata::Result<bool> {
+                let got = if back { it.next_back() } else { it.next() };
+                let exp = if back {
+                    want.pop_back()
+                } else {
+                    want.pop_front()
+                };
+                match (got, exp) {
+                    (None, None) => Ok(false),
+                    (Some(Err(e)), _) => Err(e),
+                    (Some(Ok((k, v))), Some((wk, wv))) => {
+                        assert_eq!(&k, wk, "{} step {i}", ctx());
+                        assert!(v[..] == wv[..], "{} value of {k:?}", ctx());
+                        Ok(true)
+                    }
+                    (got, exp) => panic!(
+                        "{} step {i}: got {:?}, want {:?}",
+                        ctx(),
+                        got.map(|r| r.map(|kv| kv.0)),
+                        exp.map(|kv| kv.0)
+                    ),
+                }
+            };
         match scan {
             Scan::Pattern(mask) => {
                 let mut i = 0u32;
-                loop {
-                    let back = (mask >> (i % 64)) & 1 == 1;
-                    let got = if back { it.next_back() } else { it.next() };
-                    let exp = if back {
-                        want.pop_back()
-                    } else {
-                        want.pop_front()
-                    };
-                    match (got, exp) {
-                        (None, None) => break,
-                        (Some(Err(e)), _) => return Err(e),
-                        (Some(Ok((k, v))), Some((wk, wv))) => {
-                            assert_eq!(&k, wk, "{} step {i}", ctx());
-                            assert!(v[..] == wv[..], "{} value of {k:?}", ctx());
-                        }
-                        (got, exp) => panic!(
-                            "{} step {i}: got {:?}, want {:?}",
-                            ctx(),
-                            got.map(|r| r.map(|kv| kv.0)),
-                            exp.map(|kv| kv.0)
-                        ),
-                    }
+                while step(&mut it, (mask >> (i % 64)) & 1 == 1, i)? {
                     i += 1;
                 }
                 assert!(
@@ -544,25 +548,8 @@ impl<'a> Run<'a> {
             }
             Scan::Take { n, back } => {
                 for i in 0..n {
-                    let got = if back { it.next_back() } else { it.next() };
-                    let exp = if back {
-                        want.pop_back()
-                    } else {
-                        want.pop_front()
-                    };
-                    match (got, exp) {
-                        (None, None) => break,
-                        (Some(Err(e)), _) => return Err(e),
-                        (Some(Ok((k, v))), Some((wk, wv))) => {
-                            assert_eq!(&k, wk, "{} item {i}", ctx());
-                            assert!(v[..] == wv[..], "{} value of {k:?}", ctx());
-                        }
-                        (got, exp) => panic!(
-                            "{} item {i}: got {:?}, want {:?}",
-                            ctx(),
-                            got.map(|r| r.map(|kv| kv.0)),
-                            exp.map(|kv| kv.0)
-                        ),
+                    if !step(&mut it, back, i as u32)? {
+                        break;
                     }
                 }
             }
