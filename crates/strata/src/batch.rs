@@ -1,29 +1,60 @@
 //! Write batches: operations applied atomically, logged as one WAL record.
 //!
-//! Record payload: count u32, then per operation: tag u8 (1 put, 2 delete), key length u32,
-//! value length u32 (puts only), key, value.
+//! Record payload: count u32, then per operation a tag u8 and its fields, each byte string
+//! preceded by its length as u32:
+//! 1 put (key, value), 2 delete (key), 3 upsert (key, operand), 4 range delete (start, end).
 
 use crate::error::{Error, Result};
 use crate::options::{MAX_BATCH_BYTES, MAX_KEY_LEN, MAX_VALUE_LEN};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
-    Put { key: Vec<u8>, value: Vec<u8> },
-    Delete { key: Vec<u8> },
+    Put {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Delete {
+        key: Vec<u8>,
+    },
+    /// Apply the merge operator to the key's value with this operand.
+    Upsert {
+        key: Vec<u8>,
+        operand: Vec<u8>,
+    },
+    /// Delete every key in [start, end).
+    DeleteRange {
+        start: Vec<u8>,
+        end: Vec<u8>,
+    },
 }
 
 impl Op {
+    /// The key the operation is addressed to (a range delete's start).
     pub fn key(&self) -> &[u8] {
         match self {
-            Op::Put { key, .. } | Op::Delete { key } => key,
+            Op::Put { key, .. } | Op::Delete { key } | Op::Upsert { key, .. } => key,
+            Op::DeleteRange { start, .. } => start,
         }
     }
 
-    /// Bytes the application asked to write: key and value of a put, the key of a delete.
+    /// Bytes the application asked to write: every key and value the operation carries.
     pub fn logical_bytes(&self) -> u64 {
         match self {
-            Op::Put { key, value } => (key.len() + value.len()) as u64,
+            Op::Put { key, value: b } | Op::Upsert { key, operand: b } => {
+                (key.len() + b.len()) as u64
+            }
             Op::Delete { key } => key.len() as u64,
+            Op::DeleteRange { start, end } => (start.len() + end.len()) as u64,
+        }
+    }
+
+    /// The byte strings of the operation, in log order, with its tag.
+    fn parts(&self) -> (u8, [&[u8]; 2], usize) {
+        match self {
+            Op::Put { key, value } => (1, [key, value], 2),
+            Op::Delete { key } => (2, [key, &[]], 1),
+            Op::Upsert { key, operand } => (3, [key, operand], 2),
+            Op::DeleteRange { start, end } => (4, [start, end], 2),
         }
     }
 }
@@ -51,6 +82,26 @@ impl WriteBatch {
         self.encoded += 5 + key.len();
         self.ops.push(Op::Delete { key });
         self
+    }
+
+    /// Apply the database's merge operator to `key` with `operand` (see `Options::merge_operator`).
+    pub fn upsert(&mut self, key: impl AsRef<[u8]>, operand: impl AsRef<[u8]>) -> &mut Self {
+        let (key, operand) = (key.as_ref().to_vec(), operand.as_ref().to_vec());
+        self.encoded += 9 + key.len() + operand.len();
+        self.ops.push(Op::Upsert { key, operand });
+        self
+    }
+
+    /// Delete every key k with `start <= k < end` (nothing when `start >= end`).
+    pub fn delete_range(&mut self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> &mut Self {
+        let (start, end) = (start.as_ref().to_vec(), end.as_ref().to_vec());
+        self.encoded += 9 + start.len() + end.len();
+        self.ops.push(Op::DeleteRange { start, end });
+        self
+    }
+
+    pub(crate) fn has_upserts(&self) -> bool {
+        self.ops.iter().any(|op| matches!(op, Op::Upsert { .. }))
     }
 
     pub fn ops(&self) -> &[Op] {
@@ -105,19 +156,13 @@ impl WriteBatch {
         let mut out = Vec::with_capacity(4 + self.encoded);
         out.extend_from_slice(&(self.ops.len() as u32).to_le_bytes());
         for op in &self.ops {
-            match op {
-                Op::Put { key, value } => {
-                    out.push(1);
-                    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-                    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
-                    out.extend_from_slice(key);
-                    out.extend_from_slice(value);
-                }
-                Op::Delete { key } => {
-                    out.push(2);
-                    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-                    out.extend_from_slice(key);
-                }
+            let (tag, parts, n) = op.parts();
+            out.push(tag);
+            for p in &parts[..n] {
+                out.extend_from_slice(&(p.len() as u32).to_le_bytes());
+            }
+            for p in &parts[..n] {
+                out.extend_from_slice(p);
             }
         }
         out
@@ -138,21 +183,24 @@ impl WriteBatch {
         let n = u32_of(take(4)?);
         let mut b = WriteBatch::new();
         for _ in 0..n {
-            match take(1)?[0] {
-                1 => {
-                    let klen = u32_of(take(4)?);
-                    let vlen = u32_of(take(4)?);
-                    let key = take(klen)?.to_vec();
-                    let value = take(vlen)?.to_vec();
-                    b.put(key, value);
-                }
-                2 => {
-                    let klen = u32_of(take(4)?);
-                    let key = take(klen)?.to_vec();
-                    b.delete(key);
-                }
+            let tag = take(1)?[0];
+            let fields = match tag {
+                2 => 1,
+                1 | 3 | 4 => 2,
                 t => return Err(format!("unknown operation tag {t}")),
+            };
+            let mut lens = [0usize; 2];
+            for l in lens.iter_mut().take(fields) {
+                *l = u32_of(take(4)?);
             }
+            let a = take(lens[0])?.to_vec();
+            let c = take(lens[1])?.to_vec();
+            match tag {
+                1 => b.put(a, c),
+                2 => b.delete(a),
+                3 => b.upsert(a, c),
+                _ => b.delete_range(a, c),
+            };
         }
         if at != p.len() {
             return Err("trailing bytes after the last operation".into());
@@ -169,11 +217,12 @@ mod tests {
     fn encode_decode_round_trip_and_limits() {
         let mut b = WriteBatch::new();
         b.put(b"k", b"v").delete(b"gone").put(b"", vec![0u8; 300]);
+        b.upsert(b"n", 7u64.to_le_bytes()).delete_range(b"a", b"c");
         let e = b.encode();
         assert_eq!(e.len(), 4 + b.encoded);
         assert_eq!(WriteBatch::decode(&e).unwrap(), b);
         assert!(WriteBatch::decode(&e[..e.len() - 1]).is_err());
-        assert_eq!(b.logical_bytes(), 2 + 4 + 300);
+        assert_eq!(b.logical_bytes(), 2 + 4 + 300 + 9 + 2);
         b.put(vec![0u8; MAX_KEY_LEN + 1], b"");
         assert!(matches!(b.validate(), Err(Error::KeyTooLarge { .. })));
     }

@@ -62,6 +62,8 @@ fn apply(engine: &mut dyn Engine, batch: &WriteBatch) -> Result<()> {
         match op {
             Op::Put { key, value } => engine.put(key, value)?,
             Op::Delete { key } => engine.delete(key)?,
+            Op::Upsert { key, operand } => engine.upsert(key, operand)?,
+            Op::DeleteRange { start, end } => engine.delete_range(start, end)?,
         }
     }
     Ok(())
@@ -72,14 +74,20 @@ fn open_engine(
     opts: &Options,
     cp: Option<&crate::storage::Checkpoint>,
 ) -> Result<Box<dyn Engine>> {
+    let merge = opts.merge_operator.clone();
     match cp {
         None => match opts.engine {
-            EngineOptions::BTree { node_size } => {
-                Ok(Box::new(BTree::create(pager, node_size, opts.cache_bytes)?))
-            }
+            EngineOptions::BTree { node_size } => Ok(Box::new(BTree::create(
+                pager,
+                node_size,
+                opts.cache_bytes,
+                merge,
+            )?)),
         },
         Some(cp) => match cp.engine_meta.first() {
-            Some(&btree::ENGINE_TAG) => Ok(Box::new(BTree::open(pager, cp, opts.cache_bytes)?)),
+            Some(&btree::ENGINE_TAG) => {
+                Ok(Box::new(BTree::open(pager, cp, opts.cache_bytes, merge)?))
+            }
             other => Err(Error::corruption(
                 pager.file_name(),
                 0,
@@ -212,6 +220,20 @@ impl Db {
         self.write(b)
     }
 
+    /// Apply the merge operator (`Options::merge_operator`) to `key`'s value with `operand`.
+    pub fn upsert(&self, key: impl AsRef<[u8]>, operand: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.upsert(key, operand);
+        self.write(b)
+    }
+
+    /// Delete every key k with `start <= k < end`.
+    pub fn delete_range(&self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete_range(start, end);
+        self.write(b)
+    }
+
     /// Apply `batch` atomically with the database's default durability.
     pub fn write(&self, batch: WriteBatch) -> Result<()> {
         self.write_with(batch, self.opts.durability)
@@ -220,6 +242,9 @@ impl Db {
     /// Apply `batch` atomically; with `Durability::Sync`, return once it is on stable storage.
     pub fn write_with(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
         batch.validate()?;
+        if batch.has_upserts() {
+            crate::engine::merge_operator(&self.opts.merge_operator)?;
+        }
         if batch.is_empty() {
             return Ok(());
         }

@@ -5,7 +5,8 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::merge::MergeOperator;
 use crate::storage::{CacheStats, Device};
 
 pub trait Engine: Send {
@@ -13,6 +14,10 @@ pub trait Engine: Send {
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>>;
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
     fn delete(&mut self, key: &[u8]) -> Result<()>;
+    /// Apply the engine's merge operator to `key`'s value with `operand`.
+    fn upsert(&mut self, key: &[u8], operand: &[u8]) -> Result<()>;
+    /// Delete every key in [start, end).
+    fn delete_range(&mut self, start: &[u8], end: &[u8]) -> Result<()>;
     /// Append to `out` up to `limit` entries within (`lo`, `hi`), ascending or (with `reverse`)
     /// descending from the corresponding end. Iterators page through a range with this.
     fn scan(
@@ -61,4 +66,13 @@ pub struct CheckReport {
     pub leaf_nodes: u64,
     pub internal_nodes: u64,
     pub blobs: u64,
+}
+
+/// The operator an upsert needs, or the error that says how to provide one.
+pub(crate) fn merge_operator(op: &Option<Arc<dyn MergeOperator>>) -> Result<&dyn MergeOperator> {
+    op.as_deref().ok_or_else(|| {
+        Error::InvalidOptions(
+            "an upsert needs a merge operator: set Options::merge_operator".into(),
+        )
+    })
 }

@@ -1,8 +1,11 @@
 //! Options for opening a database. The engine and its geometry are fixed when the database is
 //! created; opening an existing database uses what its superblock records.
 
+use std::sync::Arc;
+
 use crate::btree::BTree;
 use crate::error::{Error, Result};
+use crate::merge::MergeOperator;
 use crate::model::Affine;
 
 pub const MAX_KEY_LEN: usize = 4096;
@@ -47,6 +50,8 @@ pub struct Options {
     pub create_if_missing: bool,
     /// Cost model used to price IOs in the metrics.
     pub cost_model: Affine,
+    /// What upserts do; required to write or replay them.
+    pub merge_operator: Option<Arc<dyn MergeOperator>>,
 }
 
 impl Default for Options {
@@ -59,6 +64,7 @@ impl Default for Options {
             checkpoint_wal_bytes: 64 << 20,
             create_if_missing: true,
             cost_model: Affine::default(),
+            merge_operator: None,
         }
     }
 }
@@ -82,6 +88,10 @@ impl Options {
     }
     pub fn checkpoint_wal_bytes(mut self, bytes: u64) -> Self {
         self.checkpoint_wal_bytes = bytes;
+        self
+    }
+    pub fn merge_operator(mut self, op: impl MergeOperator + 'static) -> Self {
+        self.merge_operator = Some(Arc::new(op));
         self
     }
     pub fn create_if_missing(mut self, on: bool) -> Self {

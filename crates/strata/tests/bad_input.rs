@@ -468,3 +468,26 @@ fn newer_format_version_is_refused_sim() {
 fn newer_format_version_is_refused_file() {
     newer_format_version_is_refused(Place::dir());
 }
+
+/// An upsert needs a merge operator; without one the whole batch is refused before anything is
+/// logged, and the database stays usable.
+#[test]
+fn upsert_without_a_merge_operator_changes_nothing() {
+    let place = Place::sim();
+    let db = place.open(Options::default()).unwrap();
+    db.put(b"k", b"v").unwrap();
+    let before = files(&place);
+    let mut batch = WriteBatch::new();
+    batch.put(b"other", b"x").upsert(b"k", 1u64.to_le_bytes());
+    match db.write(batch) {
+        Err(Error::InvalidOptions(why)) => assert!(why.contains("merge operator"), "{why}"),
+        other => panic!("expected InvalidOptions, got {other:?}"),
+    }
+    assert!(matches!(
+        db.upsert(b"k", [1]),
+        Err(Error::InvalidOptions(_))
+    ));
+    assert_eq!(files(&place), before, "a refused upsert changed the files");
+    assert_eq!(db.get(b"other").unwrap(), None);
+    db.put(b"still", b"writable").unwrap();
+}

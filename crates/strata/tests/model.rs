@@ -50,7 +50,7 @@ use std::rc::Rc;
 use common::{Place, Rng};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use strata::{Db, Durability, Error, Options, WriteBatch};
+use strata::{AddU64, Db, Durability, Error, Options, WriteBatch};
 
 // ------------------------------------------------------------------------------------------
 // Operations
@@ -97,6 +97,10 @@ impl fmt::Debug for Val {
 enum W {
     Put(Key, Val),
     Del(Key),
+    /// Add to the key's value as a little-endian u64 (the suites register `AddU64`).
+    Upsert(Key, u64),
+    /// Delete [start, end).
+    DelRange(Key, Key),
 }
 
 /// How a range is consumed: bit i of the mask says whether step i takes from the back (1) or
@@ -111,6 +115,10 @@ enum Scan {
 enum Op {
     Put(Key, Val),
     Delete(Key),
+    /// `Db::upsert`.
+    Upsert(Key, u64),
+    /// `Db::delete_range`.
+    DeleteRange(Key, Key),
     /// A `WriteBatch` through `Db::write`.
     Batch(Vec<W>),
     /// A `WriteBatch` through `Db::write_with(.., Durability::Sync)`.
@@ -139,6 +147,8 @@ impl Op {
         match self {
             Op::Put(k, v) => Some(vec![W::Put(k.clone(), *v)]),
             Op::Delete(k) => Some(vec![W::Del(k.clone())]),
+            Op::Upsert(k, n) => Some(vec![W::Upsert(k.clone(), *n)]),
+            Op::DeleteRange(a, b) => Some(vec![W::DelRange(a.clone(), b.clone())]),
             Op::Batch(ws) | Op::SyncedBatch(ws) => Some(ws.clone()),
             Op::Fill { n, seed } => Some(fill(*n, *seed)),
             _ => None,
@@ -177,10 +187,16 @@ fn val_strategy() -> impl Strategy<Value = Val> {
         .prop_map(|(seed, len)| Val { seed, len })
 }
 
+fn operand_strategy() -> impl Strategy<Value = u64> {
+    prop_oneof![3 => 0u64..1000, 1 => any::<u64>()]
+}
+
 fn w_strategy() -> impl Strategy<Value = W> {
     prop_oneof![
         3 => (key_strategy(), val_strategy()).prop_map(|(k, v)| W::Put(k, v)),
         2 => key_strategy().prop_map(W::Del),
+        1 => (key_strategy(), operand_strategy()).prop_map(|(k, n)| W::Upsert(k, n)),
+        1 => (key_strategy(), key_strategy()).prop_map(|(a, b)| W::DelRange(a, b)),
     ]
 }
 
@@ -206,6 +222,8 @@ fn op_strategy(restarts: Restarts) -> BoxedStrategy<Op> {
     let base = prop_oneof![
         30 => (key_strategy(), val_strategy()).prop_map(|(k, v)| Op::Put(k, v)),
         12 => key_strategy().prop_map(Op::Delete),
+        6 => (key_strategy(), operand_strategy()).prop_map(|(k, n)| Op::Upsert(k, n)),
+        3 => (key_strategy(), key_strategy()).prop_map(|(a, b)| Op::DeleteRange(a, b)),
         10 => prop::collection::vec(w_strategy(), 0..8).prop_map(Op::Batch),
         2 => prop::collection::vec(w_strategy(), 1..4).prop_map(Op::SyncedBatch),
         12 => key_strategy().prop_map(Op::Get),
@@ -249,6 +267,29 @@ fn apply(map: &mut Map, ws: &[W]) {
             W::Del(k) => {
                 map.remove(&k.0);
             }
+            W::Upsert(k, n) => {
+                // The oracle's own reading of add-u64: missing bytes are zero, extra ignored.
+                let old = map.get(&k.0).map_or(0, |v| {
+                    let mut b = [0u8; 8];
+                    let m = v.len().min(8);
+                    b[..m].copy_from_slice(&v[..m]);
+                    u64::from_le_bytes(b)
+                });
+                map.insert(
+                    k.0.clone(),
+                    old.wrapping_add(*n).to_le_bytes().to_vec().into(),
+                );
+            }
+            W::DelRange(a, b) => {
+                let doomed: Vec<Vec<u8>> = map
+                    .range(a.0.clone()..)
+                    .take_while(|(k, _)| **k < b.0)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in doomed {
+                    map.remove(&k);
+                }
+            }
         }
     }
 }
@@ -259,6 +300,8 @@ fn batch_of(ws: &[W]) -> WriteBatch {
         match w {
             W::Put(k, v) => b.put(&k.0, v.bytes()),
             W::Del(k) => b.delete(&k.0),
+            W::Upsert(k, n) => b.upsert(&k.0, n.to_le_bytes()),
+            W::DelRange(lo, hi) => b.delete_range(&lo.0, &hi.0),
         };
     }
     b
@@ -570,6 +613,14 @@ impl<'a> Run<'a> {
                 self.db().delete(&k.0)?;
                 self.acked(vec![W::Del(k.clone())], false);
             }
+            Op::Upsert(k, n) => {
+                self.db().upsert(&k.0, n.to_le_bytes())?;
+                self.acked(vec![W::Upsert(k.clone(), *n)], false);
+            }
+            Op::DeleteRange(a, b) => {
+                self.db().delete_range(&a.0, &b.0)?;
+                self.acked(vec![W::DelRange(a.clone(), b.clone())], false);
+            }
             Op::Batch(ws) => {
                 self.db().write(batch_of(ws))?;
                 self.acked(ws.clone(), false);
@@ -819,6 +870,19 @@ impl LongGen {
                 })
                 .collect();
             Op::Batch(ws)
+        } else if hit(30) {
+            // Counters on live or new keys: upserts that meet values, tombstones and nothing.
+            Op::Upsert(self.key(live, 60), self.rng.range(0, 1000))
+        } else if hit(run_del / 2 + 1) {
+            // A range delete from a live key to a key some way past it.
+            let from = self.existing_key(live);
+            let to = live
+                .range(from.0.clone()..)
+                .nth(self.rng.range(1, 60) as usize);
+            Op::DeleteRange(
+                from,
+                Key(to.map_or_else(|| b"~".to_vec(), |(k, _)| k.clone())),
+            )
         } else if hit(run_del) {
             // Delete a run of consecutive live keys at once: whole leaves empty and merge.
             let from = self.existing_key(live);
@@ -1414,9 +1478,11 @@ model_suite! {
     btree_4k_tiny_cache => Options::default()
         .btree(4 << 10)
         .cache_bytes(64 << 10)
-        .checkpoint_wal_bytes(8 << 10);
+        .checkpoint_wal_bytes(8 << 10)
+        .merge_operator(AddU64);
     // B+-tree, large nodes and a cache that holds everything; checkpoints only when asked.
     btree_64k_large_cache => Options::default()
         .btree(64 << 10)
-        .cache_bytes(64 << 20);
+        .cache_bytes(64 << 20)
+        .merge_operator(AddU64);
 }

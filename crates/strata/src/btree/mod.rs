@@ -23,8 +23,9 @@ use keys::Keys;
 use node::{shortest_separator, INTERNAL_FIXED, LEAF_FIXED};
 pub use node::{Internal, Leaf, Node, Val};
 
-use crate::engine::{CheckReport, Engine, EngineStats};
+use crate::engine::{merge_operator, CheckReport, Engine, EngineStats};
 use crate::error::{Error, Result};
+use crate::merge::MergeOperator;
 use crate::storage::block::{kind, BLOCK_HEADER};
 use crate::storage::{Checkpoint, Device, NodeId, NodeStore, Pager, Pin};
 
@@ -36,6 +37,7 @@ pub const MAX_NODE_SIZE: usize = 4 << 20;
 
 pub struct BTree {
     store: NodeStore<Node>,
+    merge: Option<Arc<dyn MergeOperator>>,
     root: NodeId,
     node_size: usize,
     inline_max: usize,
@@ -79,12 +81,18 @@ impl BTree {
     }
 
     /// A new, empty tree on an empty device, committed as the first checkpoint.
-    pub fn create(pager: Pager, node_size: usize, cache_bytes: usize) -> Result<BTree> {
+    pub fn create(
+        pager: Pager,
+        node_size: usize,
+        cache_bytes: usize,
+        merge: Option<Arc<dyn MergeOperator>>,
+    ) -> Result<BTree> {
         Self::check_node_size(node_size)?;
         let mut store = NodeStore::new(pager, cache_bytes);
         let root = store.create(Node::Leaf(Leaf::new()))?.id();
         let mut t = BTree {
             store,
+            merge,
             root,
             node_size,
             inline_max: node_size / 4,
@@ -99,7 +107,12 @@ impl BTree {
         Ok(t)
     }
 
-    pub fn open(pager: Pager, cp: &Checkpoint, cache_bytes: usize) -> Result<BTree> {
+    pub fn open(
+        pager: Pager,
+        cp: &Checkpoint,
+        cache_bytes: usize,
+        merge: Option<Arc<dyn MergeOperator>>,
+    ) -> Result<BTree> {
         let m = &cp.engine_meta;
         let bad = |what: &str| {
             Error::corruption(pager.file_name(), 0, format!("B+-tree metadata: {what}"))
@@ -119,6 +132,7 @@ impl BTree {
         Self::check_node_size(node_size).map_err(|_| bad("node size out of range"))?;
         Ok(BTree {
             store: NodeStore::new(pager, cache_bytes),
+            merge,
             root: u64_at(6),
             node_size,
             inline_max: node_size / 4,
@@ -533,6 +547,40 @@ impl Engine for BTree {
         self.drop_val(v);
         self.store.mark_dirty(&leaf);
         self.rebalance_up(path, leaf)
+    }
+
+    /// Read, merge, write back: the B+-tree has nowhere to keep an upsert but the leaf.
+    fn upsert(&mut self, key: &[u8], operand: &[u8]) -> Result<()> {
+        merge_operator(&self.merge)?;
+        let op = self.merge.clone().expect("checked above");
+        let old = self.get(key)?;
+        match op.merge(key, old.as_deref(), operand) {
+            Some(v) => self.put(key, &v),
+            None => self.delete(key),
+        }
+    }
+
+    /// One delete per key in the range, a leaf's worth at a time.
+    fn delete_range(&mut self, start: &[u8], end: &[u8]) -> Result<()> {
+        if start >= end {
+            return Ok(());
+        }
+        loop {
+            let mut doomed = Vec::new();
+            self.scan(
+                Bound::Included(start),
+                Bound::Excluded(end),
+                false,
+                256,
+                &mut doomed,
+            )?;
+            if doomed.is_empty() {
+                return Ok(());
+            }
+            for (k, _) in doomed {
+                self.delete(&k)?;
+            }
+        }
     }
 
     fn scan(
