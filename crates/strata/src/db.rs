@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::batch::{Op, WriteBatch};
+use crate::betree::{self, BeTree, Geometry};
 use crate::btree::{self, BTree};
 use crate::engine::{CheckReport, Engine};
 use crate::error::{Error, Result};
@@ -83,10 +84,30 @@ fn open_engine(
                 opts.cache_bytes,
                 merge,
             )?)),
+            EngineOptions::BeTree {
+                node_size,
+                fanout,
+                basement,
+            } => {
+                let geo = Geometry {
+                    node_size,
+                    fanout,
+                    basement,
+                };
+                Ok(Box::new(BeTree::create(
+                    pager,
+                    geo,
+                    opts.cache_bytes,
+                    merge,
+                )?))
+            }
         },
         Some(cp) => match cp.engine_meta.first() {
             Some(&btree::ENGINE_TAG) => {
                 Ok(Box::new(BTree::open(pager, cp, opts.cache_bytes, merge)?))
+            }
+            Some(&betree::ENGINE_TAG) => {
+                Ok(Box::new(BeTree::open(pager, cp, opts.cache_bytes, merge)?))
             }
             other => Err(Error::corruption(
                 pager.file_name(),
@@ -320,16 +341,17 @@ impl Db {
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut st = self.state()?;
         let mut out = Vec::new();
-        let as_ref = |b: &Bound<Vec<u8>>| -> Bound<Vec<u8>> { b.clone() };
-        let (lo, hi) = (as_ref(lo), as_ref(hi));
-        st.engine.scan(
+        let scanned = st.engine.scan(
             lo.as_ref().map(|k| k.as_slice()),
             hi.as_ref().map(|k| k.as_slice()),
             reverse,
             RANGE_PAGE,
             &mut out,
-        )?;
-        st.engine.settle()?;
+        );
+        // Even a failed scan may have loaded nodes: the pool goes back within its budget.
+        let settled = st.engine.settle();
+        scanned?;
+        settled?;
         Ok(out)
     }
 

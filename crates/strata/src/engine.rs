@@ -43,9 +43,13 @@ pub trait Engine: Send {
 pub struct EngineStats {
     pub engine: &'static str,
     pub node_size: u64,
+    /// Keys (and their key and value bytes) in the leaves. Exact when `buffered_messages` is
+    /// zero; a write-optimised engine learns whether a buffered put creates a key only when
+    /// the put reaches a leaf.
     pub live_keys: u64,
-    /// Sum of key and value lengths over live keys.
     pub live_bytes: u64,
+    /// Messages waiting in internal nodes' buffers (always zero for the B+-tree).
+    pub buffered_messages: u64,
     pub height: u32,
     pub internal_nodes: u64,
     pub leaf_nodes: u64,
@@ -61,6 +65,7 @@ pub struct EngineStats {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CheckReport {
     pub blocks_verified: u64,
+    /// Keys a reader sees (buffered messages applied).
     pub keys: u64,
     pub height: u32,
     pub leaf_nodes: u64,

@@ -2,6 +2,7 @@
 //! models of the real device. Start at [`Db`].
 
 mod batch;
+mod betree;
 mod btree;
 mod db;
 mod engine;
@@ -14,6 +15,7 @@ pub mod storage;
 mod wal;
 
 pub use batch::{Op, WriteBatch};
+pub use betree::{BeTree, Geometry};
 pub use btree::BTree;
 pub use db::{Db, RangeIter};
 pub use engine::{CheckReport, Engine, EngineStats};

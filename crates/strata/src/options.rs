@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::betree::Geometry;
 use crate::btree::BTree;
 use crate::error::{Error, Result};
 use crate::merge::MergeOperator;
@@ -15,13 +16,24 @@ pub const MAX_BATCH_BYTES: usize = 1 << 30;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum EngineOptions {
-    BTree { node_size: usize },
+    BTree {
+        node_size: usize,
+    },
+    /// Node size B, target fanout F (children per internal node) and leaf basement size.
+    BeTree {
+        node_size: usize,
+        fanout: usize,
+        basement: usize,
+    },
 }
 
 impl Default for EngineOptions {
+    /// The Bε-tree with 1 MiB nodes, fanout 16 and 64 KiB basements, until the tuner chooses.
     fn default() -> Self {
-        EngineOptions::BTree {
-            node_size: 64 << 10,
+        EngineOptions::BeTree {
+            node_size: 1 << 20,
+            fanout: 16,
+            basement: 64 << 10,
         }
     }
 }
@@ -74,6 +86,14 @@ impl Options {
         self.engine = EngineOptions::BTree { node_size };
         self
     }
+    pub fn betree(mut self, node_size: usize, fanout: usize, basement: usize) -> Self {
+        self.engine = EngineOptions::BeTree {
+            node_size,
+            fanout,
+            basement,
+        };
+        self
+    }
     pub fn cache_bytes(mut self, bytes: usize) -> Self {
         self.cache_bytes = bytes;
         self
@@ -102,6 +122,16 @@ impl Options {
     pub fn validate(&self) -> Result<()> {
         match self.engine {
             EngineOptions::BTree { node_size } => BTree::check_node_size(node_size)?,
+            EngineOptions::BeTree {
+                node_size,
+                fanout,
+                basement,
+            } => Geometry {
+                node_size,
+                fanout,
+                basement,
+            }
+            .check()?,
         }
         if self.cache_bytes < 64 << 10 {
             return Err(Error::InvalidOptions(format!(

@@ -114,6 +114,10 @@ impl Keys {
         }
     }
 
+    pub fn into_vec(self) -> Vec<Vec<u8>> {
+        self.keys
+    }
+
     pub fn append(&mut self, other: &mut Keys) {
         self.keys.append(&mut other.keys);
         self.heads.append(&mut other.heads);

@@ -13,8 +13,8 @@
 //! cache. Range scans re-descend from the root for each leaf using the leaf's fence key, so no
 //! sibling pointers need to be maintained and scans never hold a pin between calls.
 
-mod keys;
-mod node;
+pub(crate) mod keys;
+pub(crate) mod node;
 
 use std::ops::Bound;
 use std::sync::Arc;
@@ -673,6 +673,7 @@ impl Engine for BTree {
             node_size: self.node_size as u64,
             live_keys: self.live_keys,
             live_bytes: self.live_bytes,
+            buffered_messages: 0,
             height: self.height,
             internal_nodes: self.internals,
             leaf_nodes: self.leaves,

@@ -13,8 +13,10 @@
 //! `bytes` tracks the encoded payload size so that split and merge decisions are O(1).
 
 use super::keys::Keys;
+use crate::error::Result as DbResult;
 use crate::storage::block::kind;
-use crate::storage::{NodeId, StoredNode};
+use crate::storage::cache::load_block;
+use crate::storage::{NodeId, Pager, StoredNode};
 
 pub const LEAF_FIXED: usize = 4;
 pub const INTERNAL_FIXED: usize = 12;
@@ -196,13 +198,25 @@ pub fn shortest_separator(left: &[u8], right: &[u8]) -> Vec<u8> {
 }
 
 impl StoredNode for Node {
+    fn load(pager: &Pager, id: NodeId) -> DbResult<Node> {
+        load_block(pager, id, Node::decode)
+    }
+
+    fn store(&mut self, pager: &mut Pager, id: NodeId) -> DbResult<()> {
+        let mut buf = Vec::new();
+        let kind = self.encode(&mut buf);
+        pager.write_block(id, kind, &buf)
+    }
+
     fn charge(&self) -> usize {
         match self {
             Node::Leaf(l) => 128 + l.bytes + l.keys.len() * ENTRY_OVERHEAD,
             Node::Internal(n) => 128 + n.bytes + n.keys.len() * (ENTRY_OVERHEAD / 2),
         }
     }
+}
 
+impl Node {
     fn encode(&self, out: &mut Vec<u8>) -> u8 {
         match self {
             Node::Leaf(l) => {
@@ -241,7 +255,7 @@ impl StoredNode for Node {
         }
     }
 
-    fn decode(kind: u8, p: &[u8]) -> Result<Node, String> {
+    pub fn decode(kind: u8, p: &[u8]) -> Result<Node, String> {
         let mut r = Reader { p, at: 0 };
         match kind {
             kind::BTREE_LEAF => {

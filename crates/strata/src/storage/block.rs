@@ -21,11 +21,19 @@ pub mod kind {
     pub const BLOB: u8 = 2;
     pub const BTREE_LEAF: u8 = 16;
     pub const BTREE_INTERNAL: u8 = 17;
+    pub const BETREE_LEAF: u8 = 18;
+    pub const BETREE_INTERNAL: u8 = 19;
 }
 
 /// Frame `payload` as a block owned by `owner`, padded to a whole number of pages.
 pub fn seal(owner: u64, kind: u8, payload: &[u8]) -> Vec<u8> {
-    let used = BLOCK_HEADER + payload.len();
+    seal_with_tail(owner, kind, payload, &[])
+}
+
+/// Frame `head` as a block and append `tail` after it, outside the block checksum: for nodes
+/// whose head is a directory of separately checksummed partitions that are read on their own.
+pub fn seal_with_tail(owner: u64, kind: u8, payload: &[u8], tail: &[u8]) -> Vec<u8> {
+    let used = BLOCK_HEADER + payload.len() + tail.len();
     let total = (used as u64).div_ceil(PAGE) as usize * PAGE as usize;
     let mut out = Vec::with_capacity(total);
     out.extend_from_slice(&[0u8; 8]);
@@ -34,10 +42,16 @@ pub fn seal(owner: u64, kind: u8, payload: &[u8]) -> Vec<u8> {
     out.push(kind);
     out.extend_from_slice(&[0u8; 3]);
     out.extend_from_slice(payload);
-    let sum = xxh3_64(&out[8..used]);
+    let sum = xxh3_64(&out[8..BLOCK_HEADER + payload.len()]);
     out[..8].copy_from_slice(&sum.to_le_bytes());
+    out.extend_from_slice(tail);
     out.resize(total, 0);
     out
+}
+
+/// The payload length a block header declares (the header must be at least 24 bytes).
+pub fn declared_len(header: &[u8]) -> usize {
+    u32::from_le_bytes(header[16..20].try_into().unwrap()) as usize
 }
 
 /// Check a block read from `file` at `offset` and return its kind and payload.

@@ -8,7 +8,8 @@
 //!   through the pager) before it is dropped.
 //! - Every entry is charged `StoredNode::charge()` bytes. Engines that load a node one partition
 //!   at a time (the Bε-tree) grow a resident node and call `recharge`; the pool evicts to make
-//!   room as for any other growth.
+//!   room as for any other growth, and before evicting a clean node whole it asks the node to
+//!   `shed` its partitions (partial eviction), keeping the small header resident.
 //! - The budget holds after every `evict_to_budget`, except for nodes pinned at that moment (an
 //!   operation's root-to-leaf path): `peak_bytes` records the largest residency seen there.
 
@@ -19,14 +20,33 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use super::pager::{NodeId, Pager};
 use crate::error::{Error, Result};
 
-/// A node type the pool can hold, write back and load.
+/// A node type the pool can hold, load and write back.
 pub trait StoredNode: Send + Sync + Sized + 'static {
     /// Bytes of memory this node holds, charged against the budget.
     fn charge(&self) -> usize;
-    /// Serialise into `out`; returns the block kind.
-    fn encode(&self, out: &mut Vec<u8>) -> u8;
-    /// Decode a block of the given kind; the error says what is malformed.
-    fn decode(kind: u8, payload: &[u8]) -> std::result::Result<Self, String>;
+    /// Read node `id`: as much of it as must be resident (engines that load partitions on
+    /// demand read only the node's header here).
+    fn load(pager: &Pager, id: NodeId) -> Result<Self>;
+    /// Write the node back, copy-on-write through the pager. Called on dirty nodes only.
+    fn store(&mut self, pager: &mut Pager, id: NodeId) -> Result<()>;
+    /// Drop what can be read again (clean partitions) but stay resident; whether anything was
+    /// dropped. Called on clean, unpinned nodes before they are evicted whole.
+    fn shed(&mut self) -> bool {
+        false
+    }
+}
+
+/// `StoredNode::load` for nodes kept as one checksummed block: read it whole and decode it.
+pub fn load_block<N>(
+    pager: &Pager,
+    id: NodeId,
+    decode: impl FnOnce(u8, &[u8]) -> std::result::Result<N, String>,
+) -> Result<N> {
+    let (kind, payload) = pager.read_block(id)?;
+    decode(kind, &payload).map_err(|what| {
+        let at = pager.extent(id).map_or(0, |e| e.offset);
+        Error::corruption(pager.file_name(), at, format!("node {id}: {what}"))
+    })
 }
 
 #[derive(Debug)]
@@ -74,6 +94,8 @@ pub struct CacheStats {
     pub hits: u64,
     pub misses: u64,
     pub evictions: u64,
+    /// Clean nodes that gave up their partitions but stayed resident.
+    pub sheds: u64,
     pub writebacks: u64,
 }
 
@@ -86,7 +108,6 @@ pub struct NodeStore<N> {
     hand: usize,
     resident: usize,
     stats: CacheStats,
-    scratch: Vec<u8>,
 }
 
 impl<N: StoredNode> NodeStore<N> {
@@ -103,7 +124,6 @@ impl<N: StoredNode> NodeStore<N> {
                 budget_bytes: budget as u64,
                 ..Default::default()
             },
-            scratch: Vec::new(),
         }
     }
 
@@ -132,11 +152,7 @@ impl<N: StoredNode> NodeStore<N> {
             return Ok(Pin(e.cell.clone()));
         }
         self.stats.misses += 1;
-        let (kind, payload) = self.pager.read_block(id)?;
-        let node = N::decode(kind, &payload).map_err(|what| {
-            let at = self.pager.extent(id).map_or(0, |e| e.offset);
-            Error::corruption(self.pager.file_name(), at, format!("node {id}: {what}"))
-        })?;
+        let node = N::load(&self.pager, id)?;
         let pin = self.insert(id, node, false);
         self.evict_to_budget()?;
         Ok(pin)
@@ -209,13 +225,10 @@ impl<N: StoredNode> NodeStore<N> {
     }
 
     fn write_back(&mut self, cell: &NodeCell<N>) -> Result<()> {
-        self.scratch.clear();
-        let kind = cell
-            .node
-            .read()
+        cell.node
+            .write()
             .unwrap_or_else(|e| e.into_inner())
-            .encode(&mut self.scratch);
-        self.pager.write_block(cell.id, kind, &self.scratch)?;
+            .store(&mut self.pager, cell.id)?;
         cell.dirty.store(false, Ordering::Relaxed);
         Ok(())
     }
@@ -224,7 +237,8 @@ impl<N: StoredNode> NodeStore<N> {
     pub fn evict_to_budget(&mut self) -> Result<()> {
         let n = self.slots.len();
         let mut steps = 0;
-        while self.resident > self.budget && steps < 2 * n + 1 {
+        // Three turns of the hand: clear reference bits, shed partitions, evict whole nodes.
+        while self.resident > self.budget && steps < 3 * n + 1 {
             steps += 1;
             self.hand = (self.hand + 1) % n.max(1);
             let slot = self.hand;
@@ -239,6 +253,20 @@ impl<N: StoredNode> NodeStore<N> {
                 continue;
             }
             let cell = e.cell.clone();
+            if !cell.dirty.load(Ordering::Relaxed) {
+                // Partial eviction first: a clean node gives up its partitions and keeps its
+                // header for another round of the clock.
+                let mut node = cell.node.write().unwrap_or_else(|e| e.into_inner());
+                if node.shed() {
+                    let charge = node.charge();
+                    drop(node);
+                    let e = self.slots[slot].as_mut().expect("slot checked above");
+                    self.resident = self.resident - e.charge + charge;
+                    e.charge = charge;
+                    self.stats.sheds += 1;
+                    continue;
+                }
+            }
             if cell.dirty.load(Ordering::Relaxed) {
                 self.write_back(&cell)?;
                 self.stats.writebacks += 1;

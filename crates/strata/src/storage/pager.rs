@@ -193,6 +193,39 @@ impl Pager {
         Ok((k, buf))
     }
 
+    /// Read just the checksummed head of node `id`'s block (its kind and payload), not what
+    /// follows it: one read of the first page, and a second only if the head is longer.
+    pub fn read_head(&self, id: NodeId) -> Result<(u8, Vec<u8>)> {
+        let ext = self.extent_or_corrupt(id)?;
+        let first = ext.len.min(PAGE) as usize;
+        let mut buf = vec![0u8; first];
+        self.dev.read_at(&mut buf, ext.offset)?;
+        let want = block::BLOCK_HEADER + block::declared_len(&buf);
+        if want > first && want as u64 <= ext.len {
+            buf.resize(want, 0);
+            self.dev
+                .read_at(&mut buf[first..], ext.offset + first as u64)?;
+        }
+        let (k, payload) = block::open(&buf, id, self.file_name(), ext.offset)?;
+        Ok((k, payload.to_vec()))
+    }
+
+    /// Write node `id` copy-on-write as a checksummed head followed by `tail`.
+    pub fn write_block_with_tail(
+        &mut self,
+        id: NodeId,
+        kind: u8,
+        head: &[u8],
+        tail: &[u8],
+    ) -> Result<()> {
+        self.write_sealed(id, block::seal_with_tail(id, kind, head, tail))
+    }
+
+    /// The byte offset in the file of node `id`'s extent (for error messages).
+    pub fn offset_of(&self, id: NodeId) -> u64 {
+        self.extent(id).map_or(0, |e| e.offset)
+    }
+
     /// Read `len` raw bytes at `offset` within node `id`'s extent, for engines that load one
     /// partition of a node at a time and checksum partitions themselves.
     pub fn read_part(&self, id: NodeId, offset: u64, len: usize) -> Result<Vec<u8>> {
@@ -211,7 +244,10 @@ impl Pager {
 
     /// Write node `id` copy-on-write: a fresh extent, then repoint the table.
     pub fn write_block(&mut self, id: NodeId, kind: u8, payload: &[u8]) -> Result<()> {
-        let sealed = block::seal(id, kind, payload);
+        self.write_sealed(id, block::seal(id, kind, payload))
+    }
+
+    fn write_sealed(&mut self, id: NodeId, sealed: Vec<u8>) -> Result<()> {
         let ext = self.alloc.alloc(sealed.len() as u64);
         if let Err(e) = self.dev.write_at(&sealed, ext.offset) {
             self.alloc.free(ext);

@@ -1,0 +1,1264 @@
+//! The Bε-tree engine: strata's write-optimised dictionary (see docs/betree.md).
+//!
+//! Writes become messages injected at the root. An internal node buffers messages in one
+//! segment per child; when a segment outgrows B/F bytes, or the node outgrows B, the heaviest
+//! segment is flushed: its messages move into the child (its segments, or, at a leaf, its
+//! entries). Queries collect the messages for their key along the root-to-leaf path and apply
+//! them, newest last, to what the leaf holds, so answers are exact at every moment.
+//!
+//! Invariants (checked by `check`):
+//! - all leaves are at depth `height`; pivots are strictly increasing and every key of child i
+//!   (messages and entries alike) lies in [pivot i-1, pivot i), within the node's own range;
+//! - internal nodes other than a collapsing root have at least two children and, after every
+//!   operation, at most `fanout`;
+//! - messages in a node are newer than the messages and entries below it (a segment is flushed
+//!   whole, and a child receives a parent's messages only by a flush);
+//! - a dirty node is fully resident (it is written back whole); only clean nodes are partial.
+//! - values longer than `inline_max` live in blob blocks, freed when a newer message or a leaf
+//!   update makes them unreachable.
+
+mod msg;
+mod node;
+
+use std::collections::{BTreeMap, HashSet};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use msg::{Body, Msg, Segment, EMPTY_SEGMENT};
+use node::{entry_len, read_part, Basement, Internal, Leaf, Node, Part};
+
+use crate::btree::keys::Keys;
+use crate::btree::node::shortest_separator;
+use crate::btree::Val;
+use crate::engine::{merge_operator, CheckReport, Engine, EngineStats};
+use crate::error::{Error, Result};
+use crate::merge::MergeOperator;
+use crate::storage::block::kind;
+use crate::storage::{Checkpoint, Device, NodeId, NodeStore, Pager, Pin};
+
+/// The first byte of the engine metadata in the superblock.
+pub const ENGINE_TAG: u8 = 2;
+const META_VERSION: u8 = 1;
+const META_LEN: usize = 2 + 12 + 8 + 4 + 7 * 8;
+
+/// Node geometry, fixed when the tree is created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub node_size: usize,
+    pub fanout: usize,
+    pub basement: usize,
+}
+
+impl Geometry {
+    pub fn check(&self) -> Result<()> {
+        let Geometry {
+            node_size,
+            fanout,
+            basement,
+        } = *self;
+        let bad = |why: String| Err(Error::InvalidOptions(why));
+        if !node_size.is_power_of_two() || !(4 << 10..=64 << 20).contains(&node_size) {
+            return bad(format!(
+                "Bε-tree node size must be a power of two from 4 KiB to 64 MiB, not {node_size}"
+            ));
+        }
+        if !(3..=256).contains(&fanout) {
+            return bad(format!(
+                "Bε-tree fanout must be from 3 to 256, not {fanout}"
+            ));
+        }
+        if !basement.is_power_of_two() || basement < 1024 || basement > node_size {
+            return bad(format!(
+                "Bε-tree basement size must be a power of two from 1 KiB to the node size, not {basement}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// A segment larger than this is flushed: a query then reads at most about B/F bytes of
+    /// buffer per level (Theorem 9).
+    fn segment_cap(&self) -> usize {
+        (self.node_size / self.fanout).max(EMPTY_SEGMENT + 1)
+    }
+
+    /// Values longer than this go out of line, so that one value never dominates a segment or
+    /// a basement.
+    fn inline_max(&self) -> usize {
+        (self.basement / 4)
+            .min(self.node_size / (4 * self.fanout))
+            .max(64)
+    }
+}
+
+pub struct BeTree {
+    store: NodeStore<Node>,
+    merge: Option<Arc<dyn MergeOperator>>,
+    geo: Geometry,
+    root: NodeId,
+    height: u32,
+    next_seq: u64,
+    live_keys: u64,
+    live_bytes: u64,
+    leaves: u64,
+    internals: u64,
+    blobs: u64,
+    /// Messages in all segments.
+    buffered: u64,
+}
+
+fn internal(n: &Node) -> &Internal {
+    match n {
+        Node::Internal(i) => i,
+        Node::Leaf(_) => unreachable!("an internal node was expected"),
+    }
+}
+
+fn internal_mut(n: &mut Node) -> &mut Internal {
+    match n {
+        Node::Internal(i) => i,
+        Node::Leaf(_) => unreachable!("an internal node was expected"),
+    }
+}
+
+fn leaf_mut(n: &mut Node) -> &mut Leaf {
+    match n {
+        Node::Leaf(l) => l,
+        Node::Internal(_) => unreachable!("a leaf was expected"),
+    }
+}
+
+fn empty_seg() -> Part<Segment> {
+    Part::new(Segment::default(), 0, EMPTY_SEGMENT)
+}
+
+fn before(key: &[u8], hi: Option<&[u8]>) -> bool {
+    hi.is_none_or(|h| key < h)
+}
+
+/// Part of a leaf being split: the separator before it and its entries.
+#[derive(Default)]
+struct Piece {
+    sep: Vec<u8>,
+    keys: Keys,
+    vals: Vec<Val>,
+}
+
+/// Cut sorted entries into basements of at most `target` bytes (at least one entry each).
+fn cut_basements(keys: Keys, vals: Vec<Val>, target: usize) -> Leaf {
+    let mut pivots = Keys::default();
+    let mut bases = Vec::new();
+    let mut cur = Basement::default();
+    let mut bytes = 4;
+    let (keys, vals): (Vec<Vec<u8>>, Vec<Val>) = (keys.into_vec(), vals);
+    for (k, v) in keys.into_iter().zip(vals) {
+        let len = entry_len(&k, &v);
+        if !cur.keys.is_empty() && bytes + len > target {
+            let done = std::mem::take(&mut cur);
+            pivots.push(shortest_separator(done.keys.last().expect("non-empty"), &k));
+            bases.push(Part::new(done, 0, bytes));
+            bytes = 4;
+        }
+        bytes += len;
+        cur.keys.push(k);
+        cur.vals.push(v);
+    }
+    bases.push(Part::new(cur, 0, bytes));
+    for b in &mut bases {
+        b.count = b.get().keys.len() as u32;
+    }
+    Leaf { pivots, bases }
+}
+
+impl BeTree {
+    pub fn create(
+        pager: Pager,
+        geo: Geometry,
+        cache_bytes: usize,
+        merge: Option<Arc<dyn MergeOperator>>,
+    ) -> Result<BeTree> {
+        geo.check()?;
+        let mut store = NodeStore::new(pager, cache_bytes);
+        let leaf = cut_basements(Keys::default(), Vec::new(), geo.basement);
+        let root = store.create(Node::Leaf(leaf))?.id();
+        let mut t = BeTree {
+            store,
+            merge,
+            geo,
+            root,
+            height: 1,
+            next_seq: 1,
+            live_keys: 0,
+            live_bytes: 0,
+            leaves: 1,
+            internals: 0,
+            blobs: 0,
+            buffered: 0,
+        };
+        t.checkpoint(0)?;
+        Ok(t)
+    }
+
+    pub fn open(
+        pager: Pager,
+        cp: &Checkpoint,
+        cache_bytes: usize,
+        merge: Option<Arc<dyn MergeOperator>>,
+    ) -> Result<BeTree> {
+        let m = &cp.engine_meta;
+        let bad = |what: &str| {
+            Error::corruption(pager.file_name(), 0, format!("Bε-tree metadata: {what}"))
+        };
+        if m.len() < META_LEN || m[0] != ENGINE_TAG {
+            return Err(bad("missing or not a Bε-tree"));
+        }
+        if m[1] > META_VERSION {
+            return Err(Error::UnsupportedVersion {
+                file: pager.file_name().to_string(),
+                found: m[1] as u32,
+                supported: META_VERSION as u32,
+            });
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(m[i..i + 4].try_into().unwrap()) as usize;
+        let u64_at = |i: usize| u64::from_le_bytes(m[i..i + 8].try_into().unwrap());
+        let geo = Geometry {
+            node_size: u32_at(2),
+            fanout: u32_at(6),
+            basement: u32_at(10),
+        };
+        geo.check().map_err(|_| bad("geometry out of range"))?;
+        Ok(BeTree {
+            store: NodeStore::new(pager, cache_bytes),
+            merge,
+            geo,
+            root: u64_at(14),
+            height: u32_at(22) as u32,
+            next_seq: u64_at(26),
+            live_keys: u64_at(34),
+            live_bytes: u64_at(42),
+            leaves: u64_at(50),
+            internals: u64_at(58),
+            blobs: u64_at(66),
+            buffered: u64_at(74),
+        })
+    }
+
+    fn meta(&self) -> Vec<u8> {
+        let mut m = vec![ENGINE_TAG, META_VERSION];
+        for v in [self.geo.node_size, self.geo.fanout, self.geo.basement] {
+            m.extend_from_slice(&(v as u32).to_le_bytes());
+        }
+        m.extend_from_slice(&self.root.to_le_bytes());
+        m.extend_from_slice(&self.height.to_le_bytes());
+        for v in [
+            self.next_seq,
+            self.live_keys,
+            self.live_bytes,
+            self.leaves,
+            self.internals,
+            self.blobs,
+            self.buffered,
+        ] {
+            m.extend_from_slice(&v.to_le_bytes());
+        }
+        debug_assert_eq!(m.len(), META_LEN);
+        m
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    // ---- partitions and values -------------------------------------------------------------
+
+    /// Make partition i of a pinned node resident.
+    fn load_part(&mut self, pin: &Pin<Node>, i: usize) -> Result<()> {
+        let loc = {
+            let g = pin.read();
+            if g.loaded(i) {
+                return Ok(());
+            }
+            g.loc(i).expect("an unloaded partition is on disk")
+        };
+        let bytes = read_part(self.store.pager(), pin.id(), i, loc)?;
+        let installed = pin.write().install(i, &bytes);
+        installed.map_err(|what| {
+            let at = self.store.pager().offset_of(pin.id()) + loc.off as u64;
+            Error::corruption(
+                self.store.pager().file_name(),
+                at,
+                format!("node {}: {what}", pin.id()),
+            )
+        })?;
+        self.store.recharge(pin);
+        Ok(())
+    }
+
+    /// Make every partition resident: required before a node is changed.
+    fn load_all(&mut self, pin: &Pin<Node>) -> Result<()> {
+        let n = pin.read().parts();
+        for i in 0..n {
+            self.load_part(pin, i)?;
+        }
+        Ok(())
+    }
+
+    fn read_val(&self, v: &Val) -> Result<Vec<u8>> {
+        match v {
+            Val::Inline(b) => Ok(b.clone()),
+            Val::Blob { id, len } => {
+                let pager = self.store.pager();
+                let (k, bytes) = pager.read_block(*id)?;
+                if k != kind::BLOB || bytes.len() != *len as usize {
+                    return Err(Error::corruption(
+                        pager.file_name(),
+                        pager.offset_of(*id),
+                        format!(
+                            "blob {id} should hold {len} bytes, holds {} (kind {k})",
+                            bytes.len()
+                        ),
+                    ));
+                }
+                Ok(bytes)
+            }
+        }
+    }
+
+    fn make_val(&mut self, bytes: Vec<u8>) -> Result<Val> {
+        if bytes.len() <= self.geo.inline_max() {
+            return Ok(Val::Inline(bytes));
+        }
+        let pager = self.store.pager_mut();
+        let id = pager.new_id();
+        pager.write_block(id, kind::BLOB, &bytes)?;
+        self.blobs += 1;
+        Ok(Val::Blob {
+            id,
+            len: bytes.len() as u32,
+        })
+    }
+
+    fn free_val(&mut self, v: Val) {
+        if let Val::Blob { id, .. } = v {
+            self.store.pager_mut().free(id);
+            self.blobs -= 1;
+        }
+    }
+
+    fn free_msgs(&mut self, dropped: Vec<Msg>) {
+        for m in dropped {
+            if let Body::Put(v) = m.body {
+                self.free_val(v);
+            }
+        }
+    }
+
+    fn merge_op(&self) -> Result<&dyn MergeOperator> {
+        merge_operator(&self.merge)
+    }
+
+    /// The value of `key` after applying `events` (seq order) to `base`: read-only.
+    fn resolve(&self, key: &[u8], base: Option<&Val>, events: &[&Msg]) -> Result<Option<Vec<u8>>> {
+        // Start from the last message that sets the value outright; upserts after it stack.
+        let from = events
+            .iter()
+            .rposition(|m| !matches!(m.body, Body::Upsert(_)));
+        let mut cur = match from {
+            Some(i) => match &events[i].body {
+                Body::Put(v) => Some(self.read_val(v)?),
+                _ => None,
+            },
+            None => base.map(|v| self.read_val(v)).transpose()?,
+        };
+        for m in &events[from.map_or(0, |i| i + 1)..] {
+            if let Body::Upsert(op) = &m.body {
+                cur = self.merge_op()?.merge(key, cur.as_deref(), op);
+            }
+        }
+        Ok(cur)
+    }
+
+    // ---- messages into internal nodes ------------------------------------------------------
+
+    /// Insert messages (oldest first) into a resident internal node's segments, clipping range
+    /// deletes to each child they overlap.
+    fn route(&mut self, pin: &Pin<Node>, msgs: Vec<Msg>) {
+        let merge = self.merge.clone();
+        let mut dropped = Vec::new();
+        let before: u64;
+        let after: u64;
+        {
+            let mut g = pin.write();
+            let n = internal_mut(&mut g);
+            before = n.segs.iter().map(|s| s.count as u64).sum();
+            for m in msgs {
+                match &m.body {
+                    Body::DeleteRange(end) => {
+                        if m.key >= *end {
+                            continue;
+                        }
+                        let (first, last) = (n.child_for(&m.key), n.child_below(end));
+                        for j in first..=last {
+                            let (lo, hi) = n.bounds(j);
+                            let start = lo.map_or(m.key.as_slice(), |l| l.max(m.key.as_slice()));
+                            let stop = hi.map_or(end.as_slice(), |h| h.min(end.as_slice()));
+                            if start < stop {
+                                let piece = Msg {
+                                    key: start.to_vec(),
+                                    seq: m.seq,
+                                    body: Body::DeleteRange(stop.to_vec()),
+                                };
+                                dropped.extend(n.segs[j].get_mut().insert(piece, merge.as_deref()));
+                                n.refresh(j);
+                            }
+                        }
+                    }
+                    _ => {
+                        let j = n.child_for(&m.key);
+                        dropped.extend(n.segs[j].get_mut().insert(m, merge.as_deref()));
+                        n.refresh(j);
+                    }
+                }
+            }
+            after = n.segs.iter().map(|s| s.count as u64).sum();
+        }
+        self.buffered = self.buffered + after - before;
+        self.free_msgs(dropped);
+        self.store.mark_dirty(pin);
+    }
+
+    /// Flush from a resident internal node while it is over its limits, heaviest segment first.
+    fn settle(&mut self, pin: &Pin<Node>) -> Result<()> {
+        loop {
+            let pick = {
+                let g = pin.read();
+                let n = internal(&g);
+                let (j, bytes) = n
+                    .segs
+                    .iter()
+                    .map(|s| s.bytes)
+                    .enumerate()
+                    .max_by_key(|&(_, b)| b)
+                    .expect("internal nodes have children");
+                let over = n.size() > self.geo.node_size || bytes > self.geo.segment_cap();
+                (over && bytes > EMPTY_SEGMENT).then_some(j)
+            };
+            let Some(j) = pick else { return Ok(()) };
+            self.flush(pin, j)?;
+        }
+    }
+
+    /// Move segment j of a resident internal node into child j, then fix the child's shape.
+    fn flush(&mut self, parent: &Pin<Node>, j: usize) -> Result<()> {
+        let (msgs, child_id) = {
+            let mut g = parent.write();
+            let n = internal_mut(&mut g);
+            let seg = std::mem::replace(&mut n.segs[j], empty_seg());
+            self.buffered -= seg.count as u64;
+            (
+                seg.data.expect("dirty nodes are resident").into_by_seq(),
+                n.children[j],
+            )
+        };
+        self.store.mark_dirty(parent);
+        let child = self.store.get(child_id)?;
+        self.load_all(&child)?;
+        let is_leaf = child.read().is_leaf();
+        if is_leaf {
+            self.apply_to_leaf(&child, msgs)?;
+        } else {
+            self.route(&child, msgs);
+            self.settle(&child)?;
+        }
+        self.fix_child(parent, j, child)
+    }
+
+    // ---- messages into leaves --------------------------------------------------------------
+
+    /// Apply messages (oldest first) to a resident leaf, then cut it into basements again.
+    fn apply_to_leaf(&mut self, pin: &Pin<Node>, msgs: Vec<Msg>) -> Result<()> {
+        let (old_keys, old_vals) = {
+            let mut g = pin.write();
+            let l = leaf_mut(&mut g);
+            let mut keys = Keys::default();
+            let mut vals = Vec::new();
+            for b in l.bases.drain(..) {
+                let b = b.data.expect("dirty nodes are resident");
+                let mut k = b.keys;
+                keys.append(&mut k);
+                vals.extend(b.vals);
+            }
+            (keys.into_vec(), vals)
+        };
+        let mut ranges: Vec<Msg> = Vec::new();
+        let mut points: Vec<Msg> = Vec::new();
+        for m in msgs {
+            if matches!(m.body, Body::DeleteRange(_)) {
+                ranges.push(m);
+            } else {
+                points.push(m);
+            }
+        }
+        points.sort_by(|a, b| (&a.key, a.seq).cmp(&(&b.key, b.seq)));
+        let mut keys = Keys::with_capacity(old_keys.len() + points.len());
+        let mut vals = Vec::with_capacity(old_keys.len() + points.len());
+        let mut old = old_keys.into_iter().zip(old_vals).peekable();
+        let mut pts = points.into_iter().peekable();
+        loop {
+            let next_key = match (old.peek(), pts.peek()) {
+                (None, None) => break,
+                (Some((k, _)), None) => k.clone(),
+                (None, Some(m)) => m.key.clone(),
+                (Some((k, _)), Some(m)) => k.clone().min(m.key.clone()),
+            };
+            let base = if old.peek().is_some_and(|(k, _)| *k == next_key) {
+                old.next().map(|e| e.1)
+            } else {
+                None
+            };
+            let mut events: Vec<Msg> = Vec::new();
+            while pts.peek().is_some_and(|m| m.key == next_key) {
+                events.push(pts.next().expect("peeked"));
+            }
+            let covering: Vec<u64> = ranges
+                .iter()
+                .filter(|r| r.covers(&next_key))
+                .map(|r| r.seq)
+                .collect();
+            if events.is_empty() && covering.is_empty() {
+                if let Some(v) = base {
+                    keys.push(next_key);
+                    vals.push(v);
+                }
+                continue;
+            }
+            if let Some(v) = self.settle_key(&next_key, base, events, covering)? {
+                keys.push(next_key);
+                vals.push(v);
+            }
+        }
+        let cut = cut_basements(keys, vals, self.geo.basement);
+        *leaf_mut(&mut pin.write()) = cut;
+        self.store.mark_dirty(pin);
+        Ok(())
+    }
+
+    /// One key's new leaf value: `base` with point `events` and range deletes at `covering`
+    /// sequence numbers applied in order. Frees what it replaces and keeps the live counts.
+    fn settle_key(
+        &mut self,
+        key: &[u8],
+        base: Option<Val>,
+        events: Vec<Msg>,
+        covering: Vec<u64>,
+    ) -> Result<Option<Val>> {
+        if let Some(v) = &base {
+            self.live_keys -= 1;
+            self.live_bytes -= (key.len() + v.logical_len()) as u64;
+        }
+        let mut order: Vec<(u64, Option<Msg>)> =
+            events.into_iter().map(|m| (m.seq, Some(m))).collect();
+        order.extend(covering.into_iter().map(|s| (s, None)));
+        order.sort_by_key(|e| e.0);
+        let mut cur = base;
+        for (_, m) in order {
+            let body = m.map_or(Body::Delete, |m| m.body);
+            match body {
+                Body::Put(v) => {
+                    if let Some(old) = cur.replace(v) {
+                        self.free_val(old);
+                    }
+                }
+                Body::Delete | Body::DeleteRange(_) => {
+                    if let Some(old) = cur.take() {
+                        self.free_val(old);
+                    }
+                }
+                Body::Upsert(op) => {
+                    let old = cur.as_ref().map(|v| self.read_val(v)).transpose()?;
+                    let new = self.merge_op()?.merge(key, old.as_deref(), &op);
+                    if let Some(v) = cur.take() {
+                        self.free_val(v);
+                    }
+                    cur = new.map(|b| self.make_val(b)).transpose()?;
+                }
+            }
+        }
+        if let Some(v) = &cur {
+            self.live_keys += 1;
+            self.live_bytes += (key.len() + v.logical_len()) as u64;
+        }
+        Ok(cur)
+    }
+
+    // ---- shape: splits, merges, the root ---------------------------------------------------
+
+    fn too_big(&self, n: &Node) -> bool {
+        match n {
+            Node::Leaf(l) => l.size() > self.geo.node_size && l.entries() >= 2,
+            Node::Internal(n) => n.children.len() > self.geo.fanout,
+        }
+    }
+
+    fn too_small(&self, n: &Node) -> bool {
+        match n {
+            Node::Leaf(l) => l.size() < self.geo.node_size / 4,
+            Node::Internal(n) => n.children.len() < (self.geo.fanout / 4).max(2),
+        }
+    }
+
+    /// Split a resident node into pieces: (separator before each piece after the first, piece).
+    fn split(&mut self, pin: &Pin<Node>) -> Vec<(Vec<u8>, Node)> {
+        let mut g = pin.write();
+        match &mut *g {
+            Node::Leaf(l) => {
+                let total = l.size();
+                let mut keys = Keys::default();
+                let mut vals = Vec::new();
+                for b in l.bases.drain(..) {
+                    let b = b.data.expect("resident");
+                    let mut k = b.keys;
+                    keys.append(&mut k);
+                    vals.extend(b.vals);
+                }
+                // Pieces of about equal bytes, at most 3/4 of a node each, at least two.
+                let pieces = total.div_ceil(self.geo.node_size * 3 / 4).max(2);
+                let target = total / pieces;
+                let mut out = vec![Piece::default()];
+                let mut bytes = 0;
+                for (k, v) in keys.into_vec().into_iter().zip(vals) {
+                    let last = out.last().expect("non-empty");
+                    if bytes >= target && !last.keys.is_empty() && out.len() < pieces {
+                        let sep = shortest_separator(last.keys.last().expect("non-empty"), &k);
+                        out.push(Piece {
+                            sep,
+                            ..Piece::default()
+                        });
+                        bytes = 0;
+                    }
+                    bytes += entry_len(&k, &v);
+                    let cur = out.last_mut().expect("non-empty");
+                    cur.keys.push(k);
+                    cur.vals.push(v);
+                }
+                let mut pieces = out.into_iter().map(|p| {
+                    (
+                        p.sep,
+                        Node::Leaf(cut_basements(p.keys, p.vals, self.geo.basement)),
+                    )
+                });
+                let (_, first) = pieces.next().expect("at least one piece");
+                let rest: Vec<_> = pieces.collect();
+                *g = first;
+                rest
+            }
+            Node::Internal(n) => {
+                // Children [0, m) keep pivots [0, m-1); pivot m-1 moves up.
+                let m = n.children.len() / 2;
+                let mut pivots = n.pivots.split_off(m - 1);
+                let sep = pivots.remove(0);
+                let right = Internal {
+                    pivots,
+                    children: n.children.split_off(m),
+                    segs: n.segs.split_off(m),
+                };
+                vec![(sep, Node::Internal(right))]
+            }
+        }
+    }
+
+    /// After child j of a resident internal node changed, split or merge it as needed.
+    fn fix_child(&mut self, parent: &Pin<Node>, j: usize, child: Pin<Node>) -> Result<()> {
+        let (big, small) = {
+            let g = child.read();
+            (self.too_big(&g), self.too_small(&g))
+        };
+        if big {
+            let pieces = self.split(&child);
+            self.store.mark_dirty(&child);
+            let leaf = child.read().is_leaf();
+            let seg = {
+                let mut g = parent.write();
+                std::mem::replace(&mut internal_mut(&mut g).segs[j], empty_seg())
+            };
+            self.buffered -= seg.count as u64;
+            for (k, (sep, node)) in pieces.into_iter().enumerate() {
+                let id = self.store.create(node)?.id();
+                if leaf {
+                    self.leaves += 1;
+                } else {
+                    self.internals += 1;
+                }
+                let mut g = parent.write();
+                let n = internal_mut(&mut g);
+                n.pivots.insert(j + k, sep);
+                n.children.insert(j + k + 1, id);
+                n.segs.insert(j + k + 1, empty_seg());
+            }
+            // Messages bound for the old child go to the pieces they now belong to.
+            self.route(parent, seg.data.expect("resident").into_by_seq());
+            return Ok(());
+        }
+        let siblings = internal(&parent.read()).children.len();
+        if !small || siblings < 2 {
+            return Ok(());
+        }
+        let (li, ri) = if j > 0 { (j - 1, j) } else { (j, j + 1) };
+        let other_id = internal(&parent.read()).children[if j > 0 { li } else { ri }];
+        let other = self.store.get(other_id)?;
+        self.load_all(&other)?;
+        let (left, right) = if j > 0 {
+            (other, child)
+        } else {
+            (child, other)
+        };
+        let (sep, right_seg) = {
+            let mut g = parent.write();
+            let n = internal_mut(&mut g);
+            let sep = n.pivots.remove(li);
+            n.children.remove(ri);
+            (sep, n.segs.remove(ri))
+        };
+        self.buffered -= right_seg.count as u64;
+        {
+            let mut lg = left.write();
+            let mut rg = right.write();
+            match (&mut *lg, &mut *rg) {
+                (Node::Leaf(l), Node::Leaf(r)) => {
+                    l.pivots.push(sep);
+                    let mut rp = std::mem::take(&mut r.pivots);
+                    l.pivots.append(&mut rp);
+                    l.bases.append(&mut r.bases);
+                    self.leaves -= 1;
+                }
+                (Node::Internal(l), Node::Internal(r)) => {
+                    l.pivots.push(sep);
+                    let mut rp = std::mem::take(&mut r.pivots);
+                    l.pivots.append(&mut rp);
+                    l.children.append(&mut r.children);
+                    l.segs.append(&mut r.segs);
+                    self.internals -= 1;
+                }
+                _ => {
+                    return Err(Error::corruption(
+                        self.store.pager().file_name(),
+                        self.store.pager().offset_of(parent.id()),
+                        format!("children of node {} are at different heights", parent.id()),
+                    ))
+                }
+            }
+        }
+        let right_id = right.id();
+        drop(right);
+        self.store.free(right_id);
+        self.store.mark_dirty(&left);
+        // The merged child's buffer: both segments' messages, re-inserted oldest first.
+        let mut msgs = right_seg.data.expect("resident").into_by_seq();
+        {
+            let mut g = parent.write();
+            let n = internal_mut(&mut g);
+            let left_seg = std::mem::replace(&mut n.segs[li], empty_seg());
+            self.buffered -= left_seg.count as u64;
+            msgs.extend(left_seg.data.expect("resident").into_by_seq());
+        }
+        msgs.sort_by_key(|m| m.seq);
+        self.route(parent, msgs);
+        // A merge of basements may leave them ragged; a merged node may be too big again.
+        let is_leaf = left.read().is_leaf();
+        if is_leaf {
+            self.apply_to_leaf(&left, Vec::new())?;
+        }
+        self.fix_child(parent, li, left)
+    }
+
+    /// Keep the root in shape: split it when too big, drop it when it has one child.
+    fn fix_root(&mut self) -> Result<()> {
+        loop {
+            let root = self.store.get(self.root)?;
+            self.load_all(&root)?;
+            let (big, only_child) = {
+                let g = root.read();
+                let only = match &*g {
+                    Node::Internal(n) if n.children.len() == 1 => Some(n.children[0]),
+                    _ => None,
+                };
+                (self.too_big(&g), only)
+            };
+            if big {
+                let mut top = Internal {
+                    pivots: Keys::default(),
+                    children: vec![root.id()],
+                    segs: vec![empty_seg()],
+                };
+                let pieces = self.split(&root);
+                self.store.mark_dirty(&root);
+                let leaf = root.read().is_leaf();
+                for (sep, node) in pieces {
+                    let id = self.store.create(node)?.id();
+                    if leaf {
+                        self.leaves += 1;
+                    } else {
+                        self.internals += 1;
+                    }
+                    top.pivots.push(sep);
+                    top.children.push(id);
+                    top.segs.push(empty_seg());
+                }
+                drop(root);
+                self.root = self.store.create(Node::Internal(top))?.id();
+                self.internals += 1;
+                self.height += 1;
+                continue;
+            }
+            let Some(child) = only_child else {
+                return Ok(());
+            };
+            let empty = internal(&root.read()).segs[0].bytes <= EMPTY_SEGMENT;
+            if !empty {
+                self.flush(&root, 0)?;
+                continue;
+            }
+            let old = root.id();
+            drop(root);
+            self.store.free(old);
+            self.internals -= 1;
+            self.height -= 1;
+            self.root = child;
+        }
+    }
+
+    /// Send one message into the tree.
+    fn inject(&mut self, body: Body, key: &[u8]) -> Result<()> {
+        let m = Msg {
+            key: key.to_vec(),
+            seq: self.next_seq,
+            body,
+        };
+        self.next_seq += 1;
+        let root = self.store.get(self.root)?;
+        self.load_all(&root)?;
+        let is_leaf = root.read().is_leaf();
+        if is_leaf {
+            self.apply_to_leaf(&root, vec![m])?;
+        } else {
+            self.route(&root, vec![m]);
+            self.settle(&root)?;
+        }
+        drop(root);
+        self.fix_root()
+    }
+
+    fn put_body(&mut self, value: &[u8]) -> Result<Body> {
+        Ok(Body::Put(self.make_val(value.to_vec())?))
+    }
+
+    // ---- reads -----------------------------------------------------------------------------
+
+    /// Descend toward `at` (a key, or a scan's cursor), letting `collect` take what it needs
+    /// from the segment on the path at each level. Returns the leaf, its fences (the nearest
+    /// pivots on either side) and what was collected.
+    #[allow(clippy::type_complexity)]
+    fn descend(
+        &mut self,
+        at: Bound<&[u8]>,
+        reverse: bool,
+        collect: impl Fn(&Segment, &mut Vec<Msg>),
+    ) -> Result<(Pin<Node>, Option<Vec<u8>>, Option<Vec<u8>>, Vec<Msg>)> {
+        let (mut lo, mut hi): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
+        let mut msgs = Vec::new();
+        let mut pin = self.store.get(self.root)?;
+        loop {
+            let step = match &*pin.read() {
+                Node::Internal(n) => {
+                    let i = match (at, reverse) {
+                        (Bound::Unbounded, false) => 0,
+                        (Bound::Unbounded, true) => n.children.len() - 1,
+                        (Bound::Included(k), _) | (Bound::Excluded(k), false) => n.child_for(k),
+                        (Bound::Excluded(k), true) => n.child_below(k),
+                    };
+                    let (l, h) = n.bounds(i);
+                    if let Some(l) = l {
+                        lo = Some(l.to_vec());
+                    }
+                    if let Some(h) = h {
+                        hi = Some(h.to_vec());
+                    }
+                    Some((i, n.children[i]))
+                }
+                Node::Leaf(_) => None,
+            };
+            let Some((i, child)) = step else {
+                return Ok((pin, lo, hi, msgs));
+            };
+            self.load_part(&pin, i)?;
+            {
+                let g = pin.read();
+                collect(internal(&g).segs[i].get(), &mut msgs);
+            }
+            pin = self.store.get(child)?;
+        }
+    }
+}
+
+impl Engine for BeTree {
+    fn name(&self) -> &'static str {
+        "betree"
+    }
+
+    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let (leaf, _, _, mut msgs) = self.descend(Bound::Included(key), false, |seg, out| {
+            out.extend(seg.lookup(key).cloned())
+        })?;
+        let i = match &*leaf.read() {
+            Node::Leaf(l) => l.basement_for(key),
+            Node::Internal(_) => unreachable!("descent ends at a leaf"),
+        };
+        self.load_part(&leaf, i)?;
+        let base = match &*leaf.read() {
+            Node::Leaf(l) => {
+                let b = l.bases[i].get();
+                b.keys.search(key).ok().map(|j| b.vals[j].clone())
+            }
+            Node::Internal(_) => unreachable!("descent ends at a leaf"),
+        };
+        msgs.sort_by_key(|m| m.seq);
+        let refs: Vec<&Msg> = msgs.iter().collect();
+        self.resolve(key, base.as_ref(), &refs)
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let body = self.put_body(value)?;
+        self.inject(body, key)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<()> {
+        self.inject(Body::Delete, key)
+    }
+
+    fn upsert(&mut self, key: &[u8], operand: &[u8]) -> Result<()> {
+        self.merge_op()?;
+        self.inject(Body::Upsert(operand.to_vec()), key)
+    }
+
+    fn delete_range(&mut self, start: &[u8], end: &[u8]) -> Result<()> {
+        if start >= end {
+            return Ok(());
+        }
+        self.inject(Body::DeleteRange(end.to_vec()), start)
+    }
+
+    fn scan(
+        &mut self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        reverse: bool,
+        limit: usize,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<()> {
+        let inside = |k: &[u8]| {
+            (match lo {
+                Bound::Included(l) => k >= l,
+                Bound::Excluded(l) => k > l,
+                Bound::Unbounded => true,
+            }) && (match hi {
+                Bound::Included(h) => k <= h,
+                Bound::Excluded(h) => k < h,
+                Bound::Unbounded => true,
+            })
+        };
+        let mut cursor: Bound<Vec<u8>> = if reverse { hi } else { lo }.map(|k| k.to_vec());
+        let mut taken = 0;
+        loop {
+            let at = cursor.as_ref().map(|k| k.as_slice());
+            let (leaf, lf, hf, msgs) = self.descend(at, reverse, |seg, out| {
+                out.extend(seg.points().iter().chain(seg.ranges()).cloned())
+            })?;
+            let in_leaf =
+                |k: &[u8]| lf.as_deref().is_none_or(|l| k >= l) && before(k, hf.as_deref());
+            let beyond_cursor = |k: &[u8]| match (&cursor, reverse) {
+                (Bound::Unbounded, _) => true,
+                (Bound::Included(c), false) => k >= c.as_slice(),
+                (Bound::Excluded(c), false) => k > c.as_slice(),
+                (Bound::Included(c), true) => k <= c.as_slice(),
+                (Bound::Excluded(c), true) => k < c.as_slice(),
+            };
+            let wanted = |k: &[u8]| in_leaf(k) && inside(k) && beyond_cursor(k);
+            let n = leaf.read().parts();
+            for i in 0..n {
+                self.load_part(&leaf, i)?;
+            }
+            // Base entries and the messages for them, key by key.
+            let mut keys: BTreeMap<Vec<u8>, (Option<Val>, Vec<&Msg>)> = BTreeMap::new();
+            if let Node::Leaf(l) = &*leaf.read() {
+                for b in &l.bases {
+                    let b = b.get();
+                    for (k, v) in b.keys.iter().zip(&b.vals) {
+                        if wanted(k) {
+                            keys.insert(k.to_vec(), (Some(v.clone()), Vec::new()));
+                        }
+                    }
+                }
+            }
+            let mut ranges = Vec::new();
+            for m in &msgs {
+                if matches!(m.body, Body::DeleteRange(_)) {
+                    ranges.push(m);
+                } else if wanted(&m.key) {
+                    keys.entry(m.key.clone())
+                        .or_insert((None, Vec::new()))
+                        .1
+                        .push(m);
+                }
+            }
+            let mut page = Vec::new();
+            let ordered: Box<dyn Iterator<Item = _>> = if reverse {
+                Box::new(keys.into_iter().rev())
+            } else {
+                Box::new(keys.into_iter())
+            };
+            for (k, (base, mut events)) in ordered {
+                if taken + page.len() == limit {
+                    break;
+                }
+                events.extend(ranges.iter().filter(|r| r.covers(&k)));
+                events.sort_by_key(|m| m.seq);
+                if let Some(v) = self.resolve(&k, base.as_ref(), &events)? {
+                    page.push((k, v));
+                }
+            }
+            drop(leaf);
+            taken += page.len();
+            out.extend(page);
+            let fence = if reverse { lf } else { hf };
+            let Some(f) = fence else { return Ok(()) };
+            let done = taken >= limit
+                || if reverse {
+                    match lo {
+                        Bound::Included(l) | Bound::Excluded(l) => f.as_slice() <= l,
+                        Bound::Unbounded => false,
+                    }
+                } else {
+                    match hi {
+                        Bound::Included(h) => f.as_slice() > h,
+                        Bound::Excluded(h) => f.as_slice() >= h,
+                        Bound::Unbounded => false,
+                    }
+                };
+            if done {
+                return Ok(());
+            }
+            cursor = if reverse {
+                Bound::Excluded(f)
+            } else {
+                Bound::Included(f)
+            };
+        }
+    }
+
+    fn checkpoint(&mut self, wal_seq: u64) -> Result<()> {
+        let meta = self.meta();
+        self.store.checkpoint(wal_seq, meta)
+    }
+
+    fn settle(&mut self) -> Result<()> {
+        self.store.evict_to_budget()
+    }
+
+    fn stats(&self) -> EngineStats {
+        let pager = self.store.pager();
+        EngineStats {
+            engine: "betree",
+            node_size: self.geo.node_size as u64,
+            live_keys: self.live_keys,
+            live_bytes: self.live_bytes,
+            buffered_messages: self.buffered,
+            height: self.height,
+            internal_nodes: self.internals,
+            leaf_nodes: self.leaves,
+            blobs: self.blobs,
+            checkpoints: pager.last_checkpoint().seq,
+            cache: self.store.stats(),
+            referenced_bytes: pager.referenced_bytes(),
+            free_bytes: pager.free_bytes(),
+        }
+    }
+
+    fn check(&mut self) -> Result<CheckReport> {
+        let pager = self.store.pager();
+        pager.verify_extents()?;
+        let mut report = CheckReport::default();
+        for id in pager.ids() {
+            // Every block's head; partitions are checked as the walk loads them.
+            pager.read_head(id)?;
+            report.blocks_verified += 1;
+        }
+        let mut w = Walk {
+            report,
+            live_bytes: 0,
+            buffered: 0,
+            reachable: HashSet::new(),
+            depth: None,
+        };
+        self.walk(self.root, None, None, 1, &mut w)?;
+        let mut report = w.report;
+        report.height = self.height;
+        let file = self.store.pager().file_name().to_string();
+        let bad = |what: String| Error::corruption(&file, 0, what);
+        if (report.keys, w.live_bytes) != (self.live_keys, self.live_bytes) {
+            return Err(bad(format!(
+                "leaves hold {} keys / {} bytes, metadata says {} / {}",
+                report.keys, w.live_bytes, self.live_keys, self.live_bytes
+            )));
+        }
+        if w.buffered != self.buffered {
+            return Err(bad(format!(
+                "segments hold {} messages, metadata says {}",
+                w.buffered, self.buffered
+            )));
+        }
+        if (report.leaf_nodes, report.internal_nodes, report.blobs)
+            != (self.leaves, self.internals, self.blobs)
+        {
+            return Err(bad(format!(
+                "found {} leaves, {} internal nodes, {} blobs; metadata says {}, {}, {}",
+                report.leaf_nodes,
+                report.internal_nodes,
+                report.blobs,
+                self.leaves,
+                self.internals,
+                self.blobs
+            )));
+        }
+        for id in self.store.pager().ids() {
+            if !w.reachable.contains(&id) {
+                return Err(bad(format!(
+                    "node {id} is in the translation table but unreachable"
+                )));
+            }
+        }
+        // What a reader sees: every key with its messages applied, a page at a time.
+        report.keys = 0;
+        let mut cursor: Option<Vec<u8>> = None;
+        loop {
+            let mut page = Vec::new();
+            let lo = cursor.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            self.scan(lo, Bound::Unbounded, false, 1024, &mut page)?;
+            let Some((last, _)) = page.last() else { break };
+            cursor = Some(last.clone());
+            report.keys += page.len() as u64;
+        }
+        Ok(report)
+    }
+
+    fn device(&self) -> &Arc<dyn Device> {
+        self.store.pager().device()
+    }
+}
+
+struct Walk {
+    report: CheckReport,
+    live_bytes: u64,
+    buffered: u64,
+    reachable: HashSet<NodeId>,
+    depth: Option<u32>,
+}
+
+impl BeTree {
+    fn walk(
+        &mut self,
+        id: NodeId,
+        lo: Option<&[u8]>,
+        hi: Option<&[u8]>,
+        depth: u32,
+        w: &mut Walk,
+    ) -> Result<()> {
+        let file = self.store.pager().file_name().to_string();
+        let at = self.store.pager().offset_of(id);
+        let bad = |what: String| Error::corruption(&file, at, format!("node {id}: {what}"));
+        let inside = |k: &[u8]| lo.is_none_or(|l| k >= l) && before(k, hi);
+        w.reachable.insert(id);
+        let pin = self.store.get(id)?;
+        self.load_all(&pin)?;
+        let node = pin.read().clone();
+        drop(pin);
+        let pivots = match &node {
+            Node::Internal(n) => &n.pivots,
+            Node::Leaf(l) => &l.pivots,
+        };
+        if pivots
+            .iter()
+            .zip(pivots.iter().skip(1))
+            .any(|(a, b)| a >= b)
+            || !pivots.iter().all(inside)
+        {
+            return Err(bad("pivots out of order or outside the node's range".into()));
+        }
+        match node {
+            Node::Internal(n) => {
+                if n.children.len() < 2 || n.children.len() > self.geo.fanout {
+                    return Err(bad(format!(
+                        "{} children, fanout {}",
+                        n.children.len(),
+                        self.geo.fanout
+                    )));
+                }
+                w.report.internal_nodes += 1;
+                for (i, &c) in n.children.iter().enumerate() {
+                    let (l, h) = n.bounds(i);
+                    let (cl, ch) = (l.or(lo), h.or(hi));
+                    let seg = n.segs[i].get();
+                    w.buffered += seg.len() as u64;
+                    let fits = |k: &[u8]| cl.is_none_or(|l| k >= l) && before(k, ch);
+                    for m in seg.points().iter().chain(seg.ranges()) {
+                        let end_ok = match &m.body {
+                            Body::DeleteRange(e) => {
+                                ch.is_none_or(|h| e.as_slice() <= h) && m.key < *e
+                            }
+                            _ => true,
+                        };
+                        if !fits(&m.key) || !end_ok {
+                            return Err(bad(format!(
+                                "a message in segment {i} is outside child {c}'s range"
+                            )));
+                        }
+                        if let Body::Put(Val::Blob { id, .. }) = &m.body {
+                            w.reachable.insert(*id);
+                            w.report.blobs += 1;
+                        }
+                    }
+                    self.walk(c, cl, ch, depth + 1, w)?;
+                }
+            }
+            Node::Leaf(l) => {
+                if *w.depth.get_or_insert(depth) != depth || depth != self.height {
+                    return Err(bad(format!(
+                        "leaf at depth {depth}, tree height {}",
+                        self.height
+                    )));
+                }
+                w.report.leaf_nodes += 1;
+                for (i, b) in l.bases.iter().enumerate() {
+                    let b = b.get();
+                    let (bl, bh) = (
+                        (i > 0).then(|| l.pivots.get(i - 1)),
+                        (i < l.pivots.len()).then(|| l.pivots.get(i)),
+                    );
+                    for (k, v) in b.keys.iter().zip(&b.vals) {
+                        if !inside(k) || bl.is_some_and(|x| k < x) || !before(k, bh) {
+                            return Err(bad(format!(
+                                "an entry of basement {i} is outside its range"
+                            )));
+                        }
+                        w.report.keys += 1;
+                        w.live_bytes += (k.len() + v.logical_len()) as u64;
+                        if let Val::Blob { id, .. } = v {
+                            w.reachable.insert(*id);
+                            w.report.blobs += 1;
+                            self.read_val(v)?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,360 @@
+//! Messages and the buffer segments that hold them.
+//!
+//! A message is an operation on its way down the tree: put, delete, upsert (an operand for the
+//! merge operator) or range delete of [key, end). Each carries a sequence number from the
+//! engine, unique and increasing, so that wherever messages for one key meet (in a segment, a
+//! leaf, or a query collecting them along a path) they are applied in the order they were made.
+//!
+//! A segment is the part of an internal node's buffer bound for one child. Invariants:
+//! - `points` are sorted by (key, seq); `ranges` (range deletes) by seq;
+//! - every point message for key k is newer than every range delete in the same segment that
+//!   covers k: inserting a range delete drops the older point messages it covers, and inserting
+//!   a put or delete drops older point messages for its key. So a segment holds at most one put
+//!   or delete per key, followed by that key's newer upserts;
+//! - an upsert meeting a known base in the segment (a put with an inline value, a delete, or a
+//!   range delete covering its key) is folded into a put of the merged value.
+//!
+//! Messages that a newer one makes obsolete are handed back to the caller, which frees the blob
+//! blocks of out-of-line put values.
+
+use crate::btree::Val;
+use crate::merge::MergeOperator;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Body {
+    Put(Val),
+    Delete,
+    Upsert(Vec<u8>),
+    /// Delete [key, end).
+    DeleteRange(Vec<u8>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Msg {
+    pub key: Vec<u8>,
+    pub seq: u64,
+    pub body: Body,
+}
+
+impl Msg {
+    pub fn encoded_len(&self) -> usize {
+        11 + self.key.len()
+            + match &self.body {
+                Body::Put(Val::Inline(v)) => 4 + v.len(),
+                Body::Put(Val::Blob { .. }) => 12,
+                Body::Delete => 0,
+                Body::Upsert(o) => 4 + o.len(),
+                Body::DeleteRange(e) => 2 + e.len(),
+            }
+    }
+
+    /// Whether this range delete covers `k` (false for other messages).
+    pub fn covers(&self, k: &[u8]) -> bool {
+        matches!(&self.body, Body::DeleteRange(end) if self.key.as_slice() <= k && k < end.as_slice())
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let tag = match &self.body {
+            Body::Put(Val::Inline(_)) => 1u8,
+            Body::Put(Val::Blob { .. }) => 2,
+            Body::Delete => 3,
+            Body::Upsert(_) => 4,
+            Body::DeleteRange(_) => 5,
+        };
+        out.push(tag);
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        out.extend_from_slice(&(self.key.len() as u16).to_le_bytes());
+        out.extend_from_slice(&self.key);
+        match &self.body {
+            Body::Put(Val::Inline(v)) | Body::Upsert(v) => {
+                out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                out.extend_from_slice(v);
+            }
+            Body::Put(Val::Blob { id, len }) => {
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(&id.to_le_bytes());
+            }
+            Body::Delete => {}
+            Body::DeleteRange(e) => {
+                out.extend_from_slice(&(e.len() as u16).to_le_bytes());
+                out.extend_from_slice(e);
+            }
+        }
+    }
+
+    pub fn decode(r: &mut Reader<'_>) -> Result<Msg, String> {
+        let tag = r.u8()?;
+        let seq = r.u64()?;
+        let klen = r.u16()? as usize;
+        let key = r.bytes(klen)?.to_vec();
+        let body = match tag {
+            1 => {
+                let n = r.u32()? as usize;
+                Body::Put(Val::Inline(r.bytes(n)?.to_vec()))
+            }
+            2 => {
+                let len = r.u32()?;
+                Body::Put(Val::Blob { id: r.u64()?, len })
+            }
+            3 => Body::Delete,
+            4 => {
+                let n = r.u32()? as usize;
+                Body::Upsert(r.bytes(n)?.to_vec())
+            }
+            5 => {
+                let n = r.u16()? as usize;
+                Body::DeleteRange(r.bytes(n)?.to_vec())
+            }
+            t => return Err(format!("unknown message tag {t}")),
+        };
+        Ok(Msg { key, seq, body })
+    }
+}
+
+/// An empty segment's encoded size: two counts.
+pub const EMPTY_SEGMENT: usize = 8;
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Segment {
+    points: Vec<Msg>,
+    ranges: Vec<Msg>,
+    bytes: usize,
+}
+
+impl Segment {
+    pub fn bytes(&self) -> usize {
+        EMPTY_SEGMENT + self.bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.points.len() + self.ranges.len()
+    }
+
+    pub fn points(&self) -> &[Msg] {
+        &self.points
+    }
+
+    pub fn ranges(&self) -> &[Msg] {
+        &self.ranges
+    }
+
+    fn run_of(&self, key: &[u8]) -> (usize, usize) {
+        let a = self.points.partition_point(|m| m.key.as_slice() < key);
+        let b = a + self.points[a..].partition_point(|m| m.key.as_slice() == key);
+        (a, b)
+    }
+
+    /// Messages bearing on `key`: its point messages and the range deletes covering it.
+    pub fn lookup<'a>(&'a self, key: &[u8]) -> impl Iterator<Item = &'a Msg> + 'a {
+        let (a, b) = self.run_of(key);
+        let key = key.to_vec();
+        self.points[a..b]
+            .iter()
+            .chain(self.ranges.iter().filter(move |r| r.covers(&key)))
+    }
+
+    /// Add `m`, newer than every message here; returns the messages it made obsolete.
+    pub fn insert(&mut self, m: Msg, merge: Option<&dyn MergeOperator>) -> Vec<Msg> {
+        let mut dropped = Vec::new();
+        match &m.body {
+            Body::Put(_) | Body::Delete => {
+                let (a, b) = self.run_of(&m.key);
+                dropped.extend(self.points.drain(a..b));
+                self.bytes += m.encoded_len();
+                self.points.insert(a, m);
+            }
+            Body::Upsert(operand) => {
+                let (a, b) = self.run_of(&m.key);
+                let base: Option<Option<&[u8]>> = match self.points[a..b].last().map(|l| &l.body) {
+                    Some(Body::Put(Val::Inline(v))) => Some(Some(v)),
+                    Some(Body::Delete) => Some(None),
+                    Some(_) => None,
+                    None if self.ranges.iter().any(|r| r.covers(&m.key)) => Some(None),
+                    None => None,
+                };
+                match (base, merge) {
+                    (Some(base), Some(op)) => {
+                        let body = match op.merge(&m.key, base, operand) {
+                            Some(v) => Body::Put(Val::Inline(v)),
+                            None => Body::Delete,
+                        };
+                        let folded = Msg {
+                            key: m.key,
+                            seq: m.seq,
+                            body,
+                        };
+                        dropped.extend(self.points.drain(a..b));
+                        self.bytes += folded.encoded_len();
+                        self.points.insert(a, folded);
+                    }
+                    _ => {
+                        self.bytes += m.encoded_len();
+                        self.points.insert(b, m);
+                    }
+                }
+            }
+            Body::DeleteRange(end) => {
+                let (start, end) = (m.key.as_slice(), end.as_slice());
+                let a = self.points.partition_point(|p| p.key.as_slice() < start);
+                let b = a + self.points[a..].partition_point(|p| p.key.as_slice() < end);
+                dropped.extend(self.points.drain(a..b));
+                let (keep, gone): (Vec<Msg>, Vec<Msg>) = std::mem::take(&mut self.ranges)
+                    .into_iter()
+                    .partition(|r| match &r.body {
+                        Body::DeleteRange(e) => !(start <= r.key.as_slice() && e.as_slice() <= end),
+                        _ => true,
+                    });
+                self.ranges = keep;
+                dropped.extend(gone);
+                self.bytes += m.encoded_len();
+                self.ranges.push(m);
+            }
+        }
+        self.bytes -= dropped.iter().map(Msg::encoded_len).sum::<usize>();
+        dropped
+    }
+
+    /// Every message, oldest first: the order to apply or re-insert them in.
+    pub fn into_by_seq(self) -> Vec<Msg> {
+        let mut all = self.points;
+        all.extend(self.ranges);
+        all.sort_by_key(|m| m.seq);
+        all
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.points.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.ranges.len() as u32).to_le_bytes());
+        for m in self.points.iter().chain(&self.ranges) {
+            m.encode(out);
+        }
+    }
+
+    pub fn decode(p: &[u8]) -> Result<Segment, String> {
+        let mut r = Reader::new(p);
+        let np = r.u32()? as usize;
+        let nr = r.u32()? as usize;
+        let mut s = Segment::default();
+        for i in 0..np + nr {
+            let m = Msg::decode(&mut r)?;
+            s.bytes += m.encoded_len();
+            let is_range = matches!(m.body, Body::DeleteRange(_));
+            if is_range != (i >= np) {
+                return Err("range delete among point messages, or the reverse".into());
+            }
+            if is_range {
+                s.ranges.push(m);
+            } else {
+                if s.points
+                    .last()
+                    .is_some_and(|l| (&l.key, l.seq) >= (&m.key, m.seq))
+                {
+                    return Err("segment messages out of order".into());
+                }
+                s.points.push(m);
+            }
+        }
+        r.finish()?;
+        Ok(s)
+    }
+}
+
+/// A bounds-checked little-endian reader; errors say where the bytes ran out.
+pub struct Reader<'a> {
+    p: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(p: &'a [u8]) -> Reader<'a> {
+        Reader { p, at: 0 }
+    }
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.p.len());
+        let end =
+            end.ok_or_else(|| format!("truncated at byte {} of {}", self.at, self.p.len()))?;
+        let s = &self.p[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    pub fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.bytes(1)?[0])
+    }
+    pub fn u16(&mut self) -> Result<u16, String> {
+        Ok(u16::from_le_bytes(self.bytes(2)?.try_into().unwrap()))
+    }
+    pub fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().unwrap()))
+    }
+    pub fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().unwrap()))
+    }
+    pub fn finish(&self) -> Result<(), String> {
+        if self.at == self.p.len() {
+            Ok(())
+        } else {
+            Err(format!("{} trailing bytes", self.p.len() - self.at))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::merge::AddU64;
+
+    fn put(k: &str, seq: u64, v: &str) -> Msg {
+        Msg {
+            key: k.into(),
+            seq,
+            body: Body::Put(Val::Inline(v.into())),
+        }
+    }
+
+    fn up(k: &str, seq: u64, n: u64) -> Msg {
+        Msg {
+            key: k.into(),
+            seq,
+            body: Body::Upsert(n.to_le_bytes().to_vec()),
+        }
+    }
+
+    #[test]
+    fn newer_messages_supersede_and_fold() {
+        let mut s = Segment::default();
+        assert!(s.insert(put("a", 1, "x"), None).is_empty());
+        assert!(
+            s.insert(up("b", 2, 5), Some(&AddU64)).is_empty(),
+            "no base: stacked"
+        );
+        assert_eq!(s.insert(put("a", 3, "y"), None), vec![put("a", 1, "x")]);
+        let rd = Msg {
+            key: "a".into(),
+            seq: 4,
+            body: Body::DeleteRange("b".into()),
+        };
+        assert_eq!(s.insert(rd.clone(), None), vec![put("a", 3, "y")]);
+        // An upsert under a covering range delete folds into a put of merge(None).
+        assert!(s.insert(up("a", 5, 7), Some(&AddU64)).is_empty());
+        assert_eq!(
+            s.lookup(b"a").map(|m| m.seq).collect::<Vec<_>>(),
+            vec![5, 4]
+        );
+        assert_eq!(
+            s.points()[0].body,
+            Body::Put(Val::Inline(7u64.to_le_bytes().to_vec()))
+        );
+        let mut buf = Vec::new();
+        s.encode(&mut buf);
+        assert_eq!(buf.len(), s.bytes());
+        assert_eq!(Segment::decode(&buf).unwrap(), s);
+        assert_eq!(
+            s.clone()
+                .into_by_seq()
+                .iter()
+                .map(|m| m.seq)
+                .collect::<Vec<_>>(),
+            vec![2, 4, 5]
+        );
+    }
+}

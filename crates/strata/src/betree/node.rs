@@ -1,0 +1,476 @@
+//! Bε-tree nodes: an internal node's buffer is cut into one segment per child, a leaf into
+//! basement nodes, and each of those partitions can be resident or not on its own.
+//!
+//! On disk a node is one extent: a checksummed head (the block header of `storage::block`)
+//! holding the node's directory, followed by its partitions, each with its own checksum in the
+//! directory. So the head is read once and kept resident, and a query then reads only the one
+//! partition it needs (`Pager::read_part`).
+//!
+//! ```text
+//! head of an internal node: n u32, then per child: id u64, offset u32, length u32, xxh3 u64,
+//!                           messages u32; then n - 1 pivots (length u16, key)
+//! head of a leaf:           m u32, then per basement: offset u32, length u32, xxh3 u64,
+//!                           entries u32; then m - 1 pivots
+//! segment:                  see `msg::Segment::encode`
+//! basement:                 count u32, then per entry: key length u16, tag u8 (0 inline,
+//!                           1 blob), value length u32, key, value or blob id u64
+//! ```
+//! Offsets count from the start of the extent. Child i (or basement i) holds the keys k with
+//! pivot[i-1] <= k < pivot[i].
+//!
+//! Invariant the engine keeps: a dirty node is fully loaded (a node is written back whole), so
+//! only clean nodes have partitions that are not resident.
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::msg::{Reader, Segment};
+use crate::btree::keys::Keys;
+use crate::btree::Val;
+use crate::error::{Error, Result};
+use crate::storage::block::{kind, BLOCK_HEADER};
+use crate::storage::{NodeId, Pager, StoredNode};
+
+/// Heap bytes one entry or message costs beyond its encoding, for the cache charge.
+const ENTRY_OVERHEAD: usize = 96;
+
+/// Where a partition lies in the node's current extent.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Loc {
+    pub off: u32,
+    pub len: u32,
+    pub sum: u64,
+}
+
+/// A partition: resident (`data`) or only on disk (`loc`), or both when clean and loaded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Part<T> {
+    pub data: Option<T>,
+    pub count: u32,
+    /// Encoded size; kept current while resident.
+    pub bytes: usize,
+    pub loc: Option<Loc>,
+}
+
+impl<T> Part<T> {
+    pub fn new(data: T, count: u32, bytes: usize) -> Part<T> {
+        Part {
+            data: Some(data),
+            count,
+            bytes,
+            loc: None,
+        }
+    }
+    pub fn get(&self) -> &T {
+        self.data.as_ref().expect("partition is loaded")
+    }
+    pub fn get_mut(&mut self) -> &mut T {
+        self.data.as_mut().expect("partition is loaded")
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Basement {
+    pub keys: Keys,
+    pub vals: Vec<Val>,
+}
+
+pub fn entry_len(key: &[u8], val: &Val) -> usize {
+    7 + key.len() + val.encoded_len()
+}
+
+impl Basement {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.keys.len() as u32).to_le_bytes());
+        for (k, v) in self.keys.iter().zip(&self.vals) {
+            out.extend_from_slice(&(k.len() as u16).to_le_bytes());
+            match v {
+                Val::Inline(b) => {
+                    out.push(0);
+                    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                    out.extend_from_slice(k);
+                    out.extend_from_slice(b);
+                }
+                Val::Blob { id, len } => {
+                    out.push(1);
+                    out.extend_from_slice(&len.to_le_bytes());
+                    out.extend_from_slice(k);
+                    out.extend_from_slice(&id.to_le_bytes());
+                }
+            }
+        }
+    }
+
+    fn decode(p: &[u8]) -> std::result::Result<Basement, String> {
+        let mut r = Reader::new(p);
+        let n = r.u32()? as usize;
+        let mut b = Basement {
+            keys: Keys::with_capacity(n),
+            vals: Vec::with_capacity(n),
+        };
+        for _ in 0..n {
+            let klen = r.u16()? as usize;
+            let tag = r.u8()?;
+            let vlen = r.u32()?;
+            let key = r.bytes(klen)?.to_vec();
+            let val = match tag {
+                0 => Val::Inline(r.bytes(vlen as usize)?.to_vec()),
+                1 => Val::Blob {
+                    id: r.u64()?,
+                    len: vlen,
+                },
+                t => return Err(format!("unknown value tag {t}")),
+            };
+            if b.keys.last().is_some_and(|l| l >= key.as_slice()) {
+                return Err("basement keys out of order".into());
+            }
+            b.keys.push(key);
+            b.vals.push(val);
+        }
+        r.finish()?;
+        Ok(b)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Internal {
+    pub pivots: Keys,
+    pub children: Vec<NodeId>,
+    pub segs: Vec<Part<Segment>>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Leaf {
+    pub pivots: Keys,
+    pub bases: Vec<Part<Basement>>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Node {
+    Internal(Internal),
+    Leaf(Leaf),
+}
+
+fn pivots_len(p: &Keys) -> usize {
+    p.iter().map(|k| 2 + k.len()).sum()
+}
+
+impl Internal {
+    pub fn child_for(&self, key: &[u8]) -> usize {
+        self.pivots.rank(key, true)
+    }
+    pub fn child_below(&self, key: &[u8]) -> usize {
+        self.pivots.rank(key, false)
+    }
+    pub fn head_len(&self) -> usize {
+        4 + 28 * self.children.len() + pivots_len(&self.pivots)
+    }
+    /// Bytes of the whole node as written.
+    pub fn size(&self) -> usize {
+        BLOCK_HEADER + self.head_len() + self.segs.iter().map(|s| s.bytes).sum::<usize>()
+    }
+    /// Keep a resident segment's size and count current after changing it.
+    pub fn refresh(&mut self, i: usize) {
+        let s = &mut self.segs[i];
+        let seg = s.data.as_ref().expect("partition is loaded");
+        s.bytes = seg.bytes();
+        s.count = seg.len() as u32;
+    }
+    /// The key range [lo, hi) of child i within this node's own range.
+    pub fn bounds(&self, i: usize) -> (Option<&[u8]>, Option<&[u8]>) {
+        let lo = (i > 0).then(|| self.pivots.get(i - 1));
+        let hi = (i < self.pivots.len()).then(|| self.pivots.get(i));
+        (lo, hi)
+    }
+}
+
+impl Leaf {
+    pub fn basement_for(&self, key: &[u8]) -> usize {
+        self.pivots.rank(key, true)
+    }
+    pub fn head_len(&self) -> usize {
+        4 + 20 * self.bases.len() + pivots_len(&self.pivots)
+    }
+    pub fn size(&self) -> usize {
+        BLOCK_HEADER + self.head_len() + self.bases.iter().map(|b| b.bytes).sum::<usize>()
+    }
+    pub fn entries(&self) -> u64 {
+        self.bases.iter().map(|b| b.count as u64).sum()
+    }
+}
+
+impl Node {
+    pub fn is_leaf(&self) -> bool {
+        matches!(self, Node::Leaf(_))
+    }
+
+    /// Whether partition i is resident.
+    pub fn loaded(&self, i: usize) -> bool {
+        match self {
+            Node::Internal(n) => n.segs[i].data.is_some(),
+            Node::Leaf(l) => l.bases[i].data.is_some(),
+        }
+    }
+
+    pub fn parts(&self) -> usize {
+        match self {
+            Node::Internal(n) => n.segs.len(),
+            Node::Leaf(l) => l.bases.len(),
+        }
+    }
+
+    pub fn loc(&self, i: usize) -> Option<Loc> {
+        match self {
+            Node::Internal(n) => n.segs[i].loc,
+            Node::Leaf(l) => l.bases[i].loc,
+        }
+    }
+
+    /// Decode partition i's bytes (already checked against its checksum) and make it resident.
+    pub fn install(&mut self, i: usize, bytes: &[u8]) -> std::result::Result<(), String> {
+        match self {
+            Node::Internal(n) => {
+                let seg = Segment::decode(bytes)?;
+                if seg.len() as u32 != n.segs[i].count {
+                    return Err(format!(
+                        "segment {i} holds {} messages, head says {}",
+                        seg.len(),
+                        n.segs[i].count
+                    ));
+                }
+                n.segs[i].data = Some(seg);
+            }
+            Node::Leaf(l) => {
+                let b = Basement::decode(bytes)?;
+                if b.keys.len() as u32 != l.bases[i].count {
+                    return Err(format!(
+                        "basement {i} holds {} entries, head says {}",
+                        b.keys.len(),
+                        l.bases[i].count
+                    ));
+                }
+                l.bases[i].data = Some(b);
+            }
+        }
+        Ok(())
+    }
+
+    fn encode_head(&self, out: &mut Vec<u8>) -> u8 {
+        match self {
+            Node::Internal(n) => {
+                out.extend_from_slice(&(n.children.len() as u32).to_le_bytes());
+                for (c, s) in n.children.iter().zip(&n.segs) {
+                    let loc = s.loc.expect("located before encoding");
+                    out.extend_from_slice(&c.to_le_bytes());
+                    out.extend_from_slice(&loc.off.to_le_bytes());
+                    out.extend_from_slice(&loc.len.to_le_bytes());
+                    out.extend_from_slice(&loc.sum.to_le_bytes());
+                    out.extend_from_slice(&s.count.to_le_bytes());
+                }
+                encode_pivots(&n.pivots, out);
+                kind::BETREE_INTERNAL
+            }
+            Node::Leaf(l) => {
+                out.extend_from_slice(&(l.bases.len() as u32).to_le_bytes());
+                for b in &l.bases {
+                    let loc = b.loc.expect("located before encoding");
+                    out.extend_from_slice(&loc.off.to_le_bytes());
+                    out.extend_from_slice(&loc.len.to_le_bytes());
+                    out.extend_from_slice(&loc.sum.to_le_bytes());
+                    out.extend_from_slice(&b.count.to_le_bytes());
+                }
+                encode_pivots(&l.pivots, out);
+                kind::BETREE_LEAF
+            }
+        }
+    }
+
+    fn decode_head(k: u8, p: &[u8]) -> std::result::Result<Node, String> {
+        let mut r = Reader::new(p);
+        let n = r.u32()? as usize;
+        let node = match k {
+            kind::BETREE_INTERNAL => {
+                let mut children = Vec::with_capacity(n);
+                let mut segs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    children.push(r.u64()?);
+                    let loc = Loc {
+                        off: r.u32()?,
+                        len: r.u32()?,
+                        sum: r.u64()?,
+                    };
+                    let count = r.u32()?;
+                    segs.push(Part {
+                        data: None,
+                        count,
+                        bytes: loc.len as usize,
+                        loc: Some(loc),
+                    });
+                }
+                let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
+                Node::Internal(Internal {
+                    pivots,
+                    children,
+                    segs,
+                })
+            }
+            kind::BETREE_LEAF => {
+                let mut bases = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let loc = Loc {
+                        off: r.u32()?,
+                        len: r.u32()?,
+                        sum: r.u64()?,
+                    };
+                    let count = r.u32()?;
+                    bases.push(Part {
+                        data: None,
+                        count,
+                        bytes: loc.len as usize,
+                        loc: Some(loc),
+                    });
+                }
+                let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
+                Node::Leaf(Leaf { pivots, bases })
+            }
+            k => return Err(format!("block kind {k} is not a Bε-tree node")),
+        };
+        r.finish()?;
+        if n == 0 {
+            return Err("node without partitions".into());
+        }
+        Ok(node)
+    }
+}
+
+fn encode_pivots(p: &Keys, out: &mut Vec<u8>) {
+    for k in p.iter() {
+        out.extend_from_slice(&(k.len() as u16).to_le_bytes());
+        out.extend_from_slice(k);
+    }
+}
+
+fn decode_pivots(r: &mut Reader<'_>, n: usize) -> std::result::Result<Keys, String> {
+    let mut keys = Keys::with_capacity(n);
+    for _ in 0..n {
+        let len = r.u16()? as usize;
+        let k = r.bytes(len)?.to_vec();
+        if keys.last().is_some_and(|l| l >= k.as_slice()) {
+            return Err("pivots out of order".into());
+        }
+        keys.push(k);
+    }
+    Ok(keys)
+}
+
+/// Read partition i of node `id` and check it against the directory.
+pub fn read_part(pager: &Pager, id: NodeId, i: usize, loc: Loc) -> Result<Vec<u8>> {
+    let bytes = pager.read_part(id, loc.off as u64, loc.len as usize)?;
+    if xxh3_64(&bytes) != loc.sum {
+        return Err(Error::corruption(
+            pager.file_name(),
+            pager.offset_of(id) + loc.off as u64,
+            format!("node {id}: partition {i} checksum mismatch"),
+        ));
+    }
+    Ok(bytes)
+}
+
+impl StoredNode for Node {
+    fn charge(&self) -> usize {
+        let (head, parts): (usize, Vec<(bool, usize, u32)>) = match self {
+            Node::Internal(n) => (
+                n.head_len(),
+                n.segs
+                    .iter()
+                    .map(|s| (s.data.is_some(), s.bytes, s.count))
+                    .collect(),
+            ),
+            Node::Leaf(l) => (
+                l.head_len(),
+                l.bases
+                    .iter()
+                    .map(|b| (b.data.is_some(), b.bytes, b.count))
+                    .collect(),
+            ),
+        };
+        let resident: usize = parts
+            .iter()
+            .filter(|p| p.0)
+            .map(|&(_, bytes, count)| bytes + count as usize * ENTRY_OVERHEAD)
+            .sum();
+        256 + head + resident
+    }
+
+    fn load(pager: &Pager, id: NodeId) -> Result<Node> {
+        let (k, head) = pager.read_head(id)?;
+        Node::decode_head(k, &head).map_err(|what| {
+            Error::corruption(
+                pager.file_name(),
+                pager.offset_of(id),
+                format!("node {id}: {what}"),
+            )
+        })
+    }
+
+    fn store(&mut self, pager: &mut Pager, id: NodeId) -> Result<()> {
+        let head_len = match self {
+            Node::Internal(n) => n.head_len(),
+            Node::Leaf(l) => l.head_len(),
+        };
+        let mut tail = Vec::new();
+        let place = |bytes: &[u8], tail: &mut Vec<u8>| {
+            let loc = Loc {
+                off: (BLOCK_HEADER + head_len + tail.len()) as u32,
+                len: bytes.len() as u32,
+                sum: xxh3_64(bytes),
+            };
+            tail.extend_from_slice(bytes);
+            loc
+        };
+        let mut buf = Vec::new();
+        match self {
+            Node::Internal(n) => {
+                for s in &mut n.segs {
+                    buf.clear();
+                    s.get().encode(&mut buf);
+                    s.loc = Some(place(&buf, &mut tail));
+                }
+            }
+            Node::Leaf(l) => {
+                for b in &mut l.bases {
+                    buf.clear();
+                    b.get().encode(&mut buf);
+                    b.loc = Some(place(&buf, &mut tail));
+                }
+            }
+        }
+        let mut head = Vec::with_capacity(head_len);
+        let k = self.encode_head(&mut head);
+        debug_assert_eq!(head.len(), head_len);
+        pager.write_block_with_tail(id, k, &head, &tail)
+    }
+
+    fn shed(&mut self) -> bool {
+        let mut any = false;
+        let drop_part = |data_some: bool, has_loc: bool| data_some && has_loc;
+        match self {
+            Node::Internal(n) => {
+                for s in &mut n.segs {
+                    if drop_part(s.data.is_some(), s.loc.is_some()) {
+                        s.data = None;
+                        any = true;
+                    }
+                }
+            }
+            Node::Leaf(l) => {
+                for b in &mut l.bases {
+                    if drop_part(b.data.is_some(), b.loc.is_some()) {
+                        b.data = None;
+                        any = true;
+                    }
+                }
+            }
+        }
+        any
+    }
+}
