@@ -23,6 +23,8 @@ use crate::Failure;
 pub enum EngineKind {
     /// B+-tree
     Btree,
+    /// Bε-tree (the default engine)
+    Betree,
 }
 
 /// Bulk-load generated records, then report throughput, amplification and cache behaviour
@@ -53,11 +55,18 @@ pub struct LoadArgs {
     #[arg(long, value_enum, default_value_t = Order::Random)]
     order: Order,
     /// Engine of a new database (an existing one keeps its own)
-    #[arg(long, value_enum, default_value_t = EngineKind::Btree)]
+    #[arg(long, value_enum, default_value_t = EngineKind::Betree)]
     engine: EngineKind,
-    /// Node size of a new database (an existing one keeps its own)
+    /// Node size of a new database (an existing one keeps its own); default 64KiB for the
+    /// B+-tree, 1MiB for the Bε-tree
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    node_size: Option<u64>,
+    /// Bε-tree fanout: children per internal node
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    fanout: u64,
+    /// Bε-tree leaf basement size
     #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = parse_size)]
-    node_size: u64,
+    basement: u64,
     /// Buffer pool budget
     #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
     cache: u64,
@@ -156,7 +165,14 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, Failure> {
         Durability::Sync
     };
     let opts = match a.engine {
-        EngineKind::Btree => Options::default().btree(usize_arg("node-size", a.node_size)?),
+        EngineKind::Btree => {
+            Options::default().btree(usize_arg("node-size", a.node_size.unwrap_or(64 << 10))?)
+        }
+        EngineKind::Betree => Options::default().betree(
+            usize_arg("node-size", a.node_size.unwrap_or(1 << 20))?,
+            usize_arg("fanout", a.fanout)?,
+            usize_arg("basement", a.basement)?,
+        ),
     }
     .cache_bytes(usize_arg("cache", a.cache)?)
     .durability(durability)

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use msg::{Body, Msg, Segment, EMPTY_SEGMENT};
 use node::{entry_len, read_part, Basement, Internal, Leaf, Node, Part};
 
-use crate::btree::keys::Keys;
+use crate::btree::keys::{head, Keys};
 use crate::btree::node::shortest_separator;
 use crate::btree::Val;
 use crate::engine::{merge_operator, CheckReport, Engine, EngineStats};
@@ -143,30 +143,67 @@ struct Piece {
     vals: Vec<Val>,
 }
 
-/// Cut sorted entries into basements of at most `target` bytes (at least one entry each).
-fn cut_basements(keys: Keys, vals: Vec<Val>, target: usize) -> Leaf {
-    let mut pivots = Keys::default();
-    let mut bases = Vec::new();
+/// Cut sorted entries into basements of at most `target` bytes (at least one entry each,
+/// and one empty basement for no entries): each with the separator before it, `None` for the
+/// first.
+fn cut(keys: Keys, vals: Vec<Val>, target: usize) -> Vec<(Option<Vec<u8>>, Part<Basement>)> {
+    let mut out: Vec<(Option<Vec<u8>>, Part<Basement>)> = Vec::new();
     let mut cur = Basement::default();
+    let mut sep = None;
     let mut bytes = 4;
-    let (keys, vals): (Vec<Vec<u8>>, Vec<Val>) = (keys.into_vec(), vals);
-    for (k, v) in keys.into_iter().zip(vals) {
+    let (keys, heads) = keys.into_parts();
+    for ((k, h), v) in keys.into_iter().zip(heads).zip(vals) {
         let len = entry_len(&k, &v);
         if !cur.keys.is_empty() && bytes + len > target {
             let done = std::mem::take(&mut cur);
-            pivots.push(shortest_separator(done.keys.last().expect("non-empty"), &k));
-            bases.push(Part::new(done, 0, bytes));
+            let next_sep = shortest_separator(done.keys.last().expect("non-empty"), &k);
+            let count = done.keys.len() as u32;
+            out.push((sep.replace(next_sep), Part::new(done, count, bytes)));
             bytes = 4;
         }
         bytes += len;
-        cur.keys.push(k);
+        cur.keys.push_with_head(k, h);
         cur.vals.push(v);
     }
-    bases.push(Part::new(cur, 0, bytes));
-    for b in &mut bases {
-        b.count = b.get().keys.len() as u32;
+    let count = cur.keys.len() as u32;
+    out.push((sep, Part::new(cur, count, bytes)));
+    out
+}
+
+/// A whole leaf from sorted entries.
+fn cut_basements(keys: Keys, vals: Vec<Val>, target: usize) -> Leaf {
+    let mut leaf = Leaf {
+        pivots: Keys::default(),
+        bases: Vec::new(),
+    };
+    for (sep, part) in cut(keys, vals, target) {
+        if let Some(sep) = sep {
+            leaf.pivots.push(sep);
+        }
+        leaf.bases.push(part);
     }
-    Leaf { pivots, bases }
+    leaf
+}
+
+/// Fold neighbouring basements together while one of them is under a quarter of `target`
+/// and both fit in one.
+fn merge_small_basements(l: &mut Leaf, target: usize) {
+    let mut i = 0;
+    while i + 1 < l.bases.len() {
+        let (a, b) = (l.bases[i].bytes, l.bases[i + 1].bytes);
+        if (a < target / 4 || b < target / 4) && a + b - 4 <= target {
+            let right = l.bases.remove(i + 1).data.expect("resident");
+            l.pivots.remove(i);
+            let left = &mut l.bases[i];
+            let mut keys = right.keys;
+            left.get_mut().keys.append(&mut keys);
+            left.get_mut().vals.extend(right.vals);
+            left.bytes = a + b - 4;
+            left.count = left.get().keys.len() as u32;
+        } else {
+            i += 1;
+        }
+    }
 }
 
 impl BeTree {
@@ -474,72 +511,126 @@ impl BeTree {
 
     // ---- messages into leaves --------------------------------------------------------------
 
-    /// Apply messages (oldest first) to a resident leaf, then cut it into basements again.
+    /// Apply messages (oldest first) to a resident leaf. Only the basements the messages fall
+    /// in are rebuilt (and re-cut to the basement size); the others are kept as they are.
     fn apply_to_leaf(&mut self, pin: &Pin<Node>, msgs: Vec<Msg>) -> Result<()> {
-        let (old_keys, old_vals) = {
+        let (old_bases, old_pivots) = {
             let mut g = pin.write();
             let l = leaf_mut(&mut g);
-            let mut keys = Keys::default();
-            let mut vals = Vec::new();
-            for b in l.bases.drain(..) {
-                let b = b.data.expect("dirty nodes are resident");
-                let mut k = b.keys;
-                keys.append(&mut k);
-                vals.extend(b.vals);
-            }
-            (keys.into_vec(), vals)
+            (
+                std::mem::take(&mut l.bases),
+                std::mem::take(&mut l.pivots).into_vec(),
+            )
         };
-        let mut ranges: Vec<Msg> = Vec::new();
-        let mut points: Vec<Msg> = Vec::new();
-        for m in msgs {
-            if matches!(m.body, Body::DeleteRange(_)) {
-                ranges.push(m);
+        let (ranges, mut points): (Vec<Msg>, Vec<Msg>) = msgs
+            .into_iter()
+            .partition(|m| matches!(m.body, Body::DeleteRange(_)));
+        points.sort_by(|a, b| (&a.key, a.seq).cmp(&(&b.key, b.seq)));
+        // Point messages per basement (they are sorted, so each basement's run is contiguous).
+        let n = old_bases.len();
+        let mut runs: Vec<Vec<Msg>> = (0..n).map(|_| Vec::new()).collect();
+        for m in points {
+            let b = old_pivots.partition_point(|p| p.as_slice() <= m.key.as_slice());
+            runs[b].push(m);
+        }
+        let mut out = Leaf {
+            pivots: Keys::default(),
+            bases: Vec::new(),
+        };
+        for (i, (base, run)) in old_bases.into_iter().zip(runs).enumerate() {
+            let lo = (i > 0).then(|| old_pivots[i - 1].as_slice());
+            let hi = old_pivots.get(i).map(|p| p.as_slice());
+            let hit: Vec<&Msg> = ranges
+                .iter()
+                .filter(|r| match &r.body {
+                    Body::DeleteRange(end) => {
+                        before(&r.key, hi) && lo.is_none_or(|l| end.as_slice() > l)
+                    }
+                    _ => false,
+                })
+                .collect();
+            let pieces = if run.is_empty() && hit.is_empty() {
+                vec![(None, base)]
             } else {
-                points.push(m);
+                let b = base.data.expect("dirty nodes are resident");
+                let (keys, vals) = self.apply_to_basement(b, run, &hit)?;
+                cut(keys, vals, self.geo.basement)
+            };
+            for (sep, part) in pieces {
+                if part.count == 0 && !(out.bases.is_empty() && i == n - 1) {
+                    // An emptied basement disappears (the leaf keeps at least one).
+                    continue;
+                }
+                if !out.bases.is_empty() {
+                    // The old lower pivot still separates this piece from what came before.
+                    out.pivots
+                        .push(sep.unwrap_or_else(|| lo.expect("not the first").to_vec()));
+                }
+                out.bases.push(part);
             }
         }
-        points.sort_by(|a, b| (&a.key, a.seq).cmp(&(&b.key, b.seq)));
-        let mut keys = Keys::with_capacity(old_keys.len() + points.len());
-        let mut vals = Vec::with_capacity(old_keys.len() + points.len());
-        let mut old = old_keys.into_iter().zip(old_vals).peekable();
-        let mut pts = points.into_iter().peekable();
+        if out.bases.is_empty() {
+            out.bases.push(Part::new(Basement::default(), 0, 4));
+        }
+        merge_small_basements(&mut out, self.geo.basement);
+        *leaf_mut(&mut pin.write()) = out;
+        self.store.mark_dirty(pin);
+        Ok(())
+    }
+
+    /// One basement's entries after its point messages (sorted by key, then seq) and the range
+    /// deletes that reach it.
+    fn apply_to_basement(
+        &mut self,
+        b: Basement,
+        run: Vec<Msg>,
+        ranges: &[&Msg],
+    ) -> Result<(Keys, Vec<Val>)> {
+        // Compare by the keys' 8-byte heads first: the old entries' keys are moved, not read,
+        // unless a message ties with them.
+        let mut keys = Keys::with_capacity(b.keys.len() + run.len());
+        let mut vals = Vec::with_capacity(b.keys.len() + run.len());
+        let (old_keys, old_heads) = b.keys.into_parts();
+        let mut old = old_keys.into_iter().zip(old_heads).zip(b.vals).peekable();
+        let mut pts = run.into_iter().map(|m| (head(&m.key), m)).peekable();
         loop {
-            let next_key = match (old.peek(), pts.peek()) {
+            let take_old = match (old.peek(), pts.peek()) {
                 (None, None) => break,
-                (Some((k, _)), None) => k.clone(),
-                (None, Some(m)) => m.key.clone(),
-                (Some((k, _)), Some(m)) => k.clone().min(m.key.clone()),
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some(((k, kh), _)), Some((mh, m))) => (kh, k.as_slice()) <= (mh, m.key.as_slice()),
             };
-            let base = if old.peek().is_some_and(|(k, _)| *k == next_key) {
-                old.next().map(|e| e.1)
+            let (key, h, base) = if take_old {
+                let ((k, h), v) = old.next().expect("peeked");
+                (k, h, Some(v))
             } else {
-                None
+                let (h, m) = pts.peek().expect("peeked");
+                (m.key.clone(), *h, None)
             };
-            let mut events: Vec<Msg> = Vec::new();
-            while pts.peek().is_some_and(|m| m.key == next_key) {
-                events.push(pts.next().expect("peeked"));
+            let mut events = Vec::new();
+            while pts.peek().is_some_and(|(mh, m)| *mh == h && m.key == key) {
+                events.push(pts.next().expect("peeked").1);
             }
-            let covering: Vec<u64> = ranges
-                .iter()
-                .filter(|r| r.covers(&next_key))
-                .map(|r| r.seq)
-                .collect();
-            if events.is_empty() && covering.is_empty() {
-                if let Some(v) = base {
-                    keys.push(next_key);
-                    vals.push(v);
-                }
-                continue;
-            }
-            if let Some(v) = self.settle_key(&next_key, base, events, covering)? {
-                keys.push(next_key);
+            let covering: Vec<u64> = if ranges.is_empty() {
+                Vec::new()
+            } else {
+                ranges
+                    .iter()
+                    .filter(|r| r.covers(&key))
+                    .map(|r| r.seq)
+                    .collect()
+            };
+            let v = if events.is_empty() && covering.is_empty() {
+                base
+            } else {
+                self.settle_key(&key, base, events, covering)?
+            };
+            if let Some(v) = v {
+                keys.push_with_head(key, h);
                 vals.push(v);
             }
         }
-        let cut = cut_basements(keys, vals, self.geo.basement);
-        *leaf_mut(&mut pin.write()) = cut;
-        self.store.mark_dirty(pin);
-        Ok(())
+        Ok((keys, vals))
     }
 
     /// One key's new leaf value: `base` with point `events` and range deletes at `covering`

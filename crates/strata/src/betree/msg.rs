@@ -17,6 +17,7 @@
 //! Messages that a newer one makes obsolete are handed back to the caller, which frees the blob
 //! blocks of out-of-line put values.
 
+use crate::btree::keys::head;
 use crate::btree::Val;
 use crate::merge::MergeOperator;
 
@@ -117,6 +118,9 @@ pub const EMPTY_SEGMENT: usize = 8;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Segment {
     points: Vec<Msg>,
+    /// The first 8 bytes of each point message's key, big-endian: searched before the keys,
+    /// which are separate allocations (see `btree::keys`).
+    heads: Vec<u64>,
     ranges: Vec<Msg>,
     bytes: usize,
 }
@@ -138,10 +142,34 @@ impl Segment {
         &self.ranges
     }
 
+    /// The index range of the point messages for `key`.
     fn run_of(&self, key: &[u8]) -> (usize, usize) {
-        let a = self.points.partition_point(|m| m.key.as_slice() < key);
-        let b = a + self.points[a..].partition_point(|m| m.key.as_slice() == key);
-        (a, b)
+        let h = head(key);
+        let below = |i: usize| (self.heads[i], self.points[i].key.as_slice()) < (h, key);
+        let (mut lo, mut hi) = (0, self.points.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if below(mid) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let mut b = lo;
+        while b < self.points.len() && self.heads[b] == h && self.points[b].key == key {
+            b += 1;
+        }
+        (lo, b)
+    }
+
+    fn insert_point(&mut self, at: usize, m: Msg) {
+        self.heads.insert(at, head(&m.key));
+        self.points.insert(at, m);
+    }
+
+    fn drain_points(&mut self, a: usize, b: usize) -> Vec<Msg> {
+        self.heads.drain(a..b);
+        self.points.drain(a..b).collect()
     }
 
     /// Messages bearing on `key`: its point messages and the range deletes covering it.
@@ -159,9 +187,9 @@ impl Segment {
         match &m.body {
             Body::Put(_) | Body::Delete => {
                 let (a, b) = self.run_of(&m.key);
-                dropped.extend(self.points.drain(a..b));
+                dropped.extend(self.drain_points(a, b));
                 self.bytes += m.encoded_len();
-                self.points.insert(a, m);
+                self.insert_point(a, m);
             }
             Body::Upsert(operand) => {
                 let (a, b) = self.run_of(&m.key);
@@ -183,13 +211,13 @@ impl Segment {
                             seq: m.seq,
                             body,
                         };
-                        dropped.extend(self.points.drain(a..b));
+                        dropped.extend(self.drain_points(a, b));
                         self.bytes += folded.encoded_len();
-                        self.points.insert(a, folded);
+                        self.insert_point(a, folded);
                     }
                     _ => {
                         self.bytes += m.encoded_len();
-                        self.points.insert(b, m);
+                        self.insert_point(b, m);
                     }
                 }
             }
@@ -197,7 +225,7 @@ impl Segment {
                 let (start, end) = (m.key.as_slice(), end.as_slice());
                 let a = self.points.partition_point(|p| p.key.as_slice() < start);
                 let b = a + self.points[a..].partition_point(|p| p.key.as_slice() < end);
-                dropped.extend(self.points.drain(a..b));
+                dropped.extend(self.drain_points(a, b));
                 let (keep, gone): (Vec<Msg>, Vec<Msg>) = std::mem::take(&mut self.ranges)
                     .into_iter()
                     .partition(|r| match &r.body {
@@ -251,6 +279,7 @@ impl Segment {
                 {
                     return Err("segment messages out of order".into());
                 }
+                s.heads.push(head(&m.key));
                 s.points.push(m);
             }
         }
