@@ -64,9 +64,9 @@ pub struct LoadArgs {
     /// Bε-tree fanout: children per internal node
     #[arg(long, value_name = "N", default_value_t = 16)]
     fanout: u64,
-    /// Bε-tree leaf basement size
-    #[arg(long, value_name = "SIZE", default_value = "64KiB", value_parser = parse_size)]
-    basement: u64,
+    /// Bε-tree leaf basement size; default a sixteenth of the node, from 1KiB to 64KiB
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    basement: Option<u64>,
     /// Buffer pool budget
     #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
     cache: u64,
@@ -168,11 +168,15 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, Failure> {
         EngineKind::Btree => {
             Options::default().btree(usize_arg("node-size", a.node_size.unwrap_or(64 << 10))?)
         }
-        EngineKind::Betree => Options::default().betree(
-            usize_arg("node-size", a.node_size.unwrap_or(1 << 20))?,
-            usize_arg("fanout", a.fanout)?,
-            usize_arg("basement", a.basement)?,
-        ),
+        EngineKind::Betree => {
+            let node = a.node_size.unwrap_or(1 << 20);
+            let basement = a.basement.unwrap_or((node / 16).clamp(1 << 10, 64 << 10));
+            Options::default().betree(
+                usize_arg("node-size", node)?,
+                usize_arg("fanout", a.fanout)?,
+                usize_arg("basement", basement)?,
+            )
+        }
     }
     .cache_bytes(usize_arg("cache", a.cache)?)
     .durability(durability)
