@@ -5,8 +5,10 @@ mod gen;
 mod inspect;
 mod kv;
 mod load;
+mod profile;
 mod report;
 mod sizes;
+mod tune;
 
 use std::io;
 use std::path::Path;
@@ -39,6 +41,8 @@ enum Command {
     Scan(kv::ScanArgs),
     Stats(inspect::StatsArgs),
     Check(inspect::CheckArgs),
+    Profile(profile::ProfileArgs),
+    Tune(tune::TuneArgs),
 }
 
 /// Why a command failed; each kind has its exit code.
@@ -116,6 +120,8 @@ fn main() -> ExitCode {
         Command::Scan(a) => kv::scan(a),
         Command::Stats(a) => inspect::stats(a),
         Command::Check(a) => inspect::check(a),
+        Command::Profile(a) => profile::run(a),
+        Command::Tune(a) => tune::run(a),
     };
     outcome.unwrap_or_else(Failure::report)
 }

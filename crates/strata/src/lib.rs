@@ -11,7 +11,9 @@ mod merge;
 mod metrics;
 pub mod model;
 mod options;
+pub mod profile;
 pub mod storage;
+pub mod tune;
 mod wal;
 
 pub use batch::{Op, WriteBatch};
@@ -23,4 +25,6 @@ pub use error::{Error, Result};
 pub use merge::{AddU64, Append, MergeOperator};
 pub use metrics::Metrics;
 pub use options::{Durability, EngineOptions, Options, MAX_KEY_LEN, MAX_VALUE_LEN};
+pub use profile::DeviceProfile;
 pub use storage::{CacheStats, IoSnapshot};
+pub use tune::{recommend, Recommendation, Workload};

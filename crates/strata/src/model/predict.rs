@@ -1,0 +1,549 @@
+//! Per-operation IO predictions for the B+-tree (Lemma 5 of seed 000) and the Bε-tree (Lemma 8 /
+//! Theorem 9): given node size, fanout, record count, cache and record sizes and an affine model,
+//! how many IOs, how many bytes and how many seconds an insert, a point query and a range query
+//! cost on average. The tuner minimises these; the benchmarks print them beside measured IO.
+//! docs/models.md derives every formula.
+//!
+//! The shape is computed level by level, not with a continuous logarithm: leaves = ⌈N / records
+//! per leaf⌉, each level above has ⌈nodes below / F⌉ nodes, up to one root. The cache holds
+//! levels from the root down (a level that does not fit is held in part, in proportion), which is
+//! Lemma 5's "the top log(M/B) levels are cached" without its rounding.
+//!
+//! Invariants: every count is an expectation (fractional), never negative; all sizes of IOs are
+//! whole 4 KiB pages, as the substrate's extents are; the encoding constants mirror
+//! btree/node.rs and betree/ and must follow them if they change.
+
+use serde::{Deserialize, Serialize};
+
+use super::Affine;
+use crate::storage::block::{BLOCK_HEADER, PAGE};
+
+/// btree/node.rs: leaf payload = count u32, then per entry klen u16 + tag u8 + vlen u32 + key +
+/// value (or an 8-byte blob id).
+const BT_LEAF_FIXED: f64 = 4.0;
+const BT_LEAF_ENTRY: f64 = 7.0;
+/// btree/node.rs: internal payload = count u32 + child0 u64, then per separator klen u16 + key +
+/// child u64.
+const BT_INTERNAL_FIXED: f64 = 12.0;
+const BT_SEPARATOR: f64 = 10.0;
+/// betree/msg.rs: a buffered put carries seq u64, tag u8, key length u16 and value length u32
+/// besides key and value.
+pub const BE_MESSAGE_OVERHEAD: f64 = 15.0;
+/// betree/node.rs: an internal node's head has, per child, id u64 + segment offset u32 + length
+/// u32 + checksum u64 + message count u32, and a pivot (length u16 + key).
+pub const BE_PIVOT_OVERHEAD: f64 = 30.0;
+/// betree/node.rs: a leaf's head has, per basement, offset u32 + length u32 + checksum u64 +
+/// entry count u32, and a pivot (length u16 + key).
+pub const BE_BASEMENT_OVERHEAD: f64 = 22.0;
+/// Every node head: the block header and a count.
+pub const BE_HEADER_FIXED: f64 = BLOCK_HEADER as f64 + 4.0;
+/// What the caches charge beyond encoded bytes (btree/node.rs and betree/node.rs `charge`):
+/// per node, and per entry or message for the heap slots and allocations behind it. A B+-tree
+/// separator is charged half an entry.
+const BT_CACHE_NODE: f64 = 128.0;
+const BE_CACHE_NODE: f64 = 256.0;
+const CACHE_ENTRY: f64 = 96.0;
+/// Bytes a record costs in the write-ahead log beside its key and value (op kind, lengths, and
+/// its share of the record header); sets how many inserts fall between two checkpoints.
+pub const WAL_OP_OVERHEAD: f64 = 10.0;
+/// Average fullness of a node under random inserts when nodes split in half (Yao: ln 2).
+pub const RANDOM_FILL: f64 = std::f64::consts::LN_2;
+
+/// What the prediction is for: the tree's geometry and the data.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PredictInput {
+    /// Node size B in bytes.
+    pub node_bytes: u64,
+    /// Fanout F. B+-tree: None derives it from what fits in a node (separators as long as keys,
+    /// an upper bound: the tree pushes up shortest separators). Bε-tree: None means 16.
+    pub fanout: Option<u64>,
+    /// Bε-tree basement node size (ignored by the B+-tree).
+    pub basement_bytes: u64,
+    /// N, the number of records.
+    pub records: u64,
+    pub key_bytes: u64,
+    pub value_bytes: u64,
+    /// M, the cache budget in bytes.
+    pub cache_bytes: u64,
+    /// ℓ, the records a range query returns.
+    pub range_items: u64,
+    /// Average node fullness (0, 1]: ln 2 after random inserts, ½ after sequential ones with
+    /// split-in-half, 1 for a bulk-built tree.
+    pub fill: f64,
+    /// Inserts between two checkpoints: how often a node that stays cached is written back.
+    /// Infinity means never.
+    pub inserts_per_checkpoint: f64,
+    /// Charge the cache as the engines do (encoded bytes plus heap overhead per node and per
+    /// entry); false charges encoded bytes only, the paper's "M bytes of nodes".
+    pub heap_accounting: bool,
+}
+
+impl PredictInput {
+    /// Defaults: fanout derived, 4 KiB basements, ranges of 100, random-insert fill, checkpoints
+    /// every 64 MiB of log (the `Options` default).
+    pub fn new(
+        node_bytes: u64,
+        records: u64,
+        key_bytes: u64,
+        value_bytes: u64,
+        cache_bytes: u64,
+    ) -> PredictInput {
+        PredictInput {
+            node_bytes,
+            fanout: None,
+            basement_bytes: 4096,
+            records,
+            key_bytes,
+            value_bytes,
+            cache_bytes,
+            range_items: 100,
+            fill: RANDOM_FILL,
+            inserts_per_checkpoint: checkpoint_inserts(64 << 20, key_bytes, value_bytes),
+            heap_accounting: true,
+        }
+    }
+}
+
+/// Inserts that fill `wal_bytes` of write-ahead log.
+pub fn checkpoint_inserts(wal_bytes: u64, key_bytes: u64, value_bytes: u64) -> f64 {
+    wal_bytes as f64 / (key_bytes as f64 + value_bytes as f64 + WAL_OP_OVERHEAD)
+}
+
+/// Expected IO of one operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpCost {
+    pub reads: f64,
+    pub read_bytes: f64,
+    pub writes: f64,
+    pub write_bytes: f64,
+    /// Affine cost of all of it, seconds.
+    pub seconds: f64,
+}
+
+impl OpCost {
+    fn read(&mut self, count: f64, bytes: f64, m: &Affine) {
+        if count > 0.0 {
+            self.reads += count;
+            self.read_bytes += count * bytes;
+            self.seconds += count * m.cost_f(bytes);
+        }
+    }
+
+    fn write(&mut self, count: f64, bytes: f64, m: &Affine) {
+        if count > 0.0 {
+            self.writes += count;
+            self.write_bytes += count * bytes;
+            self.seconds += count * m.cost_f(bytes);
+        }
+    }
+
+    pub fn ios(&self) -> f64 {
+        self.reads + self.writes
+    }
+
+    pub fn bytes(&self) -> f64 {
+        self.read_bytes + self.write_bytes
+    }
+
+    /// The paper's normalised cost: seconds in units of one IO setup, Σ (1 + αx).
+    pub fn normalised(&self, m: &Affine) -> f64 {
+        self.seconds / m.setup_s
+    }
+}
+
+/// One level of the tree, root first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Level {
+    pub nodes: f64,
+    /// Bytes one whole-node IO of the level moves (whole 4 KiB pages).
+    pub node_bytes: f64,
+    /// Bytes one node of the level takes in the cache (its encoded size, not page-rounded).
+    pub cache_bytes: f64,
+    /// Cache charge of a node's resident header (Bε-tree pivots or basement directory; 0 for the
+    /// B+-tree).
+    pub header_bytes: f64,
+    /// Fraction of the level's nodes the cache holds.
+    pub cached: f64,
+    /// Fraction of the level's headers the cache holds.
+    pub header_cached: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// "btree" or "betree".
+    pub engine: String,
+    pub node_bytes: u64,
+    pub fanout: f64,
+    pub basement_bytes: u64,
+    pub records_per_leaf: f64,
+    pub leaves: f64,
+    pub height: u32,
+    /// Levels held in the cache, counting a partly held level by its fraction.
+    pub cached_levels: f64,
+    pub levels: Vec<Level>,
+    pub insert: OpCost,
+    pub point: OpCost,
+    pub range: OpCost,
+    /// How the numbers came about, for people.
+    pub derivation: String,
+}
+
+fn page_round(bytes: f64) -> f64 {
+    ((bytes / PAGE as f64).ceil().max(1.0)) * PAGE as f64
+}
+
+/// Node counts per level, root first, for `leaves` leaves and fanout `f`.
+fn level_counts(leaves: f64, f: f64) -> Vec<f64> {
+    let mut counts = vec![leaves.max(1.0)];
+    let mut n = leaves.max(1.0);
+    while n > 1.0 {
+        n = (n / f).ceil();
+        counts.push(n);
+    }
+    counts.reverse();
+    counts
+}
+
+/// Give the cache to headers first (top-down), then to whole nodes (top-down).
+fn allocate(levels: &mut [Level], cache: f64) {
+    let mut left = cache;
+    for l in levels.iter_mut() {
+        let need = l.nodes * l.header_bytes;
+        l.header_cached = if need <= 0.0 {
+            1.0
+        } else {
+            (left / need).clamp(0.0, 1.0)
+        };
+        left -= l.header_cached * need;
+    }
+    for l in levels.iter_mut() {
+        let need = l.nodes * l.cache_bytes;
+        l.cached = if need <= 0.0 {
+            1.0
+        } else {
+            (left.max(0.0) / need).clamp(0.0, 1.0)
+        };
+        left -= l.cached * need;
+    }
+}
+
+/// Writes per update of a level's nodes. The uncached share is written back once per update
+/// (the node is evicted before the next update reaches it: Lemma 3's situation); the cached share
+/// is written once per checkpoint per node that some update dirtied: with n cached nodes and k
+/// updates between checkpoints, n(1 − e^(−k/n)) of them.
+fn writes_per_update(cached: f64, nodes: f64, updates_per_checkpoint: f64) -> f64 {
+    let mut w = 1.0 - cached;
+    if cached > 0.0 && updates_per_checkpoint.is_finite() && updates_per_checkpoint > 0.0 {
+        let n = cached * nodes;
+        let k = cached * updates_per_checkpoint;
+        let dirty = n * (1.0 - (-k / n).exp());
+        w += cached * dirty / k;
+    }
+    w
+}
+
+fn cached_levels(levels: &[Level]) -> f64 {
+    levels.iter().map(|l| l.cached).sum()
+}
+
+fn human(bytes: f64) -> String {
+    let b = bytes.max(0.0);
+    if b >= (1u64 << 20) as f64 {
+        format!("{:.2} MiB", b / (1u64 << 20) as f64)
+    } else if b >= 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{b:.0} B")
+    }
+}
+
+fn describe_levels(levels: &[Level]) -> String {
+    levels
+        .iter()
+        .map(|l| {
+            format!(
+                "{:.0}×{} ({:.0}% cached)",
+                l.nodes,
+                human(l.node_bytes),
+                100.0 * l.cached
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// B+-tree, Lemma 5: a point query reads one whole node per uncached level; an insert does the
+/// same reads and, amortised, writes back its leaf (plus splits); a range query of ℓ records
+/// adds the further leaves it crosses.
+pub fn btree(inp: &PredictInput, m: &Affine) -> Prediction {
+    let b = inp.node_bytes.max(PAGE) as f64;
+    let fill = inp.fill.clamp(0.05, 1.0);
+    let (k, v) = (inp.key_bytes as f64, inp.value_bytes as f64);
+    // btree/mod.rs: a value longer than a quarter of the node is stored in its own blob block.
+    let blob = v > b / 4.0;
+    let entry = BT_LEAF_ENTRY + k + if blob { 8.0 } else { v };
+    let hdr = BLOCK_HEADER as f64;
+    let leaf_cap = ((b - hdr - BT_LEAF_FIXED) / entry).floor().max(2.0);
+    let per_leaf = (fill * leaf_cap).max(1.0);
+    let sep = BT_SEPARATOR + k;
+    let fanout = match inp.fanout {
+        Some(f) => (f as f64).max(2.0),
+        None => (fill * (((b - hdr - BT_INTERNAL_FIXED) / sep).floor() + 1.0)).max(2.0),
+    };
+    let leaf_encoded = hdr + BT_LEAF_FIXED + per_leaf * entry;
+    let internal_encoded = hdr + BT_INTERNAL_FIXED + (fanout - 1.0) * sep;
+    let (leaf_bytes, internal_bytes) = (page_round(leaf_encoded), page_round(internal_encoded));
+    let heap = if inp.heap_accounting { 1.0 } else { 0.0 };
+    let leaf_charge = leaf_encoded + heap * (BT_CACHE_NODE + per_leaf * CACHE_ENTRY);
+    let internal_charge =
+        internal_encoded + heap * (BT_CACHE_NODE + (fanout - 1.0) * CACHE_ENTRY / 2.0);
+    let blob_bytes = page_round(hdr + v);
+    let leaves = (inp.records as f64 / per_leaf).ceil().max(1.0);
+    let counts = level_counts(leaves, fanout);
+    let height = counts.len();
+    let mut levels: Vec<Level> = counts
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| Level {
+            nodes: n,
+            node_bytes: if i + 1 == height {
+                leaf_bytes
+            } else {
+                internal_bytes
+            },
+            cache_bytes: if i + 1 == height {
+                leaf_charge
+            } else {
+                internal_charge
+            },
+            header_bytes: 0.0,
+            cached: 0.0,
+            header_cached: 1.0,
+        })
+        .collect();
+    allocate(&mut levels, inp.cache_bytes as f64);
+    let leaf = &levels[height - 1];
+    let leaf_miss = 1.0 - leaf.cached;
+
+    let mut point = OpCost::default();
+    for l in &levels {
+        point.read(1.0 - l.cached, l.node_bytes, m);
+    }
+    let descent = point;
+    if blob {
+        point.read(leaf_miss, blob_bytes, m);
+    }
+
+    let mut insert = descent;
+    let w = writes_per_update(leaf.cached, leaf.nodes, inp.inserts_per_checkpoint);
+    insert.write(w, leaf_bytes, m);
+    // A leaf splits once per `per_leaf` inserts (leaves grow in proportion to N): the new leaf
+    // is written and the parent rewritten.
+    insert.write(1.0 / per_leaf, leaf_bytes, m);
+    insert.write(1.0 / per_leaf, internal_bytes, m);
+    if blob {
+        insert.write(1.0, blob_bytes, m);
+    }
+
+    let l = inp.range_items.max(1) as f64;
+    let touched = 1.0 + (l - 1.0) / per_leaf;
+    let mut range = point;
+    range.read((touched - 1.0) * leaf_miss, leaf_bytes, m);
+    if blob {
+        range.read((l - 1.0) * leaf_miss, blob_bytes, m);
+    }
+
+    let derivation = format!(
+        "B+-tree, node {}: {} B leaf entries, {:.0} per leaf (fill {:.2}), fanout {:.0}; \
+         {:.0} leaves, height {}; levels root→leaf: {}. Point: one whole-node read per \
+         uncached level = {:.3} reads of {} ≈ {:.1} µs. Insert: the same reads + {:.3} leaf \
+         write-backs + splits ({:.4}) = {:.1} µs. Range of {:.0}: + {:.2} more leaves = {:.1} µs.",
+        human(b),
+        entry,
+        per_leaf,
+        fill,
+        fanout,
+        leaves,
+        height,
+        describe_levels(&levels),
+        descent.reads,
+        human(leaf_bytes),
+        point.seconds * 1e6,
+        w,
+        2.0 / per_leaf,
+        insert.seconds * 1e6,
+        l,
+        (touched - 1.0) * leaf_miss,
+        range.seconds * 1e6,
+    );
+    Prediction {
+        engine: "btree".into(),
+        node_bytes: inp.node_bytes,
+        fanout,
+        basement_bytes: 0,
+        records_per_leaf: per_leaf,
+        leaves,
+        height: height as u32,
+        cached_levels: cached_levels(&levels),
+        levels,
+        insert,
+        point,
+        range,
+        derivation,
+    }
+}
+
+/// Bε-tree, Lemma 8 / Theorem 9, as betree/ builds it: internal nodes of B bytes with F
+/// children and one buffer segment per child, pivots in a small header kept in the cache; leaves
+/// of B bytes cut into basements. The root is pinned in memory.
+///
+/// - Point query, per uncached level: one segment read (≈ B_buffer/F bytes) after the header
+///   (read too if the cache could not hold it); at the leaf, one basement.
+/// - Insert, amortised: a flush moves m = B_buffer/F bytes of messages one level down and
+///   rewrites the child (read first if uncached), so each level costs r/m flushes per insert of
+///   an r-byte message: r·(F/B + αF) in the paper's normalisation.
+/// - Range of ℓ: the point query, then the rest of the ℓ records' bytes from the leaves (one IO
+///   per leaf) and the segments of the further leaves' parents.
+pub fn betree(inp: &PredictInput, m: &Affine) -> Prediction {
+    let b = inp.node_bytes.max(PAGE) as f64;
+    let fill = inp.fill.clamp(0.05, 1.0);
+    let (k, v) = (inp.key_bytes as f64, inp.value_bytes as f64);
+    let fanout = inp.fanout.unwrap_or(16).max(2) as f64;
+    let basement = (inp.basement_bytes.max(PAGE) as f64).min(b);
+    let record = BT_LEAF_ENTRY + k + v;
+    let message = BE_MESSAGE_OVERHEAD + k + v;
+    let internal_header = BE_HEADER_FIXED + fanout * (BE_PIVOT_OVERHEAD + k);
+    let heap = if inp.heap_accounting { 1.0 } else { 0.0 };
+    // The header lives apart from the buffers; what is left of B holds the F segments.
+    let buffer = (b - internal_header).max(PAGE as f64);
+    let segment = page_round(buffer / fanout);
+    let leaf_cap = ((b - BE_HEADER_FIXED) / record).floor().max(2.0);
+    let per_leaf = (fill * leaf_cap).max(1.0);
+    let leaf_encoded = BE_HEADER_FIXED + per_leaf * record;
+    let leaf_node = page_round(leaf_encoded);
+    let leaf_header = BE_HEADER_FIXED + (b / basement).ceil() * (BE_BASEMENT_OVERHEAD + k);
+    // Cache charges: a resident head, then the partitions (segments or basements) on top.
+    let header_charge = |h: f64| h + heap * BE_CACHE_NODE;
+    let buffer_charge = buffer + heap * (buffer / message) * CACHE_ENTRY;
+    let leaf_charge = per_leaf * (record + heap * CACHE_ENTRY);
+    let basement_read = page_round(basement.min(leaf_node));
+    let leaves = (inp.records as f64 / per_leaf).ceil().max(1.0);
+    let counts = level_counts(leaves, fanout);
+    let height = counts.len();
+    let mut levels: Vec<Level> = counts
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let is_leaf = i + 1 == height;
+            Level {
+                nodes: n,
+                node_bytes: if is_leaf { leaf_node } else { b },
+                cache_bytes: if is_leaf { leaf_charge } else { buffer_charge },
+                header_bytes: header_charge(if is_leaf {
+                    leaf_header
+                } else {
+                    internal_header
+                }),
+                cached: 0.0,
+                header_cached: 0.0,
+            }
+        })
+        .collect();
+    allocate(&mut levels, inp.cache_bytes as f64);
+    levels[0].cached = 1.0;
+    levels[0].header_cached = 1.0;
+
+    let mut point = OpCost::default();
+    for (i, l) in levels.iter().enumerate() {
+        let is_leaf = i + 1 == height;
+        let head = if is_leaf {
+            leaf_header
+        } else {
+            internal_header
+        };
+        point.read(1.0 - l.header_cached, page_round(head), m);
+        point.read(
+            1.0 - l.cached,
+            if is_leaf { basement_read } else { segment },
+            m,
+        );
+    }
+
+    let flush = buffer / fanout;
+    let flushes_per_insert = message / flush;
+    let mut insert = OpCost::default();
+    // The pinned root absorbs inserts in memory and is written once per checkpoint.
+    if inp.inserts_per_checkpoint.is_finite() && inp.inserts_per_checkpoint > 0.0 {
+        insert.write(1.0 / inp.inserts_per_checkpoint, levels[0].node_bytes, m);
+    }
+    for l in levels.iter().skip(1) {
+        let miss = 1.0 - l.cached;
+        insert.read(flushes_per_insert * miss, l.node_bytes, m);
+        let w = writes_per_update(
+            l.cached,
+            l.nodes,
+            inp.inserts_per_checkpoint * flushes_per_insert,
+        );
+        insert.write(flushes_per_insert * w, l.node_bytes, m);
+    }
+
+    let l = inp.range_items.max(1) as f64;
+    let touched = 1.0 + (l - 1.0) / per_leaf;
+    let leaf_miss = 1.0 - levels[height - 1].cached;
+    let mut range = point;
+    if height >= 2 {
+        let parent = &levels[height - 2];
+        range.read((touched - 1.0) * (1.0 - parent.cached), segment, m);
+    }
+    range.read((touched - 1.0) * leaf_miss, 0.0, m);
+    let more_bytes = (l * record / fill - basement_read).max(0.0) * leaf_miss;
+    range.read_bytes += more_bytes;
+    range.seconds += more_bytes * m.per_byte_s;
+
+    let derivation = format!(
+        "Bε-tree, node {}, fanout {:.0}, basement {}: header {} per internal node (resident), \
+         buffer {} → segment {}; {:.0} records per leaf (fill {:.2}), {:.0} leaves, height {}; \
+         levels root→leaf: {}. Point: per uncached level one segment (a basement at the leaf) \
+         = {:.3} reads, {} ≈ {:.1} µs. Insert: a flush moves {} one level down and rewrites \
+         the child; {:.5} flushes per insert per level ⇒ {:.4} IOs, {} ≈ {:.2} µs. Range of \
+         {:.0}: {} more from {:.2} more leaves ≈ {:.1} µs.",
+        human(b),
+        fanout,
+        human(basement),
+        human(internal_header),
+        human(buffer),
+        human(segment),
+        per_leaf,
+        fill,
+        leaves,
+        height,
+        describe_levels(&levels),
+        point.reads,
+        human(point.read_bytes),
+        point.seconds * 1e6,
+        human(flush),
+        flushes_per_insert,
+        insert.ios(),
+        human(insert.bytes()),
+        insert.seconds * 1e6,
+        l,
+        human(range.read_bytes - point.read_bytes),
+        touched - 1.0,
+        range.seconds * 1e6,
+    );
+    Prediction {
+        engine: "betree".into(),
+        node_bytes: inp.node_bytes,
+        fanout,
+        basement_bytes: basement as u64,
+        records_per_leaf: per_leaf,
+        leaves,
+        height: height as u32,
+        cached_levels: cached_levels(&levels),
+        levels,
+        insert,
+        point,
+        range,
+        derivation,
+    }
+}
