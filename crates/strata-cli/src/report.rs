@@ -23,6 +23,10 @@ pub fn ratio(a: f64, b: f64) -> f64 {
 pub struct DbView {
     pub engine: &'static str,
     pub node_size: u64,
+    pub fanout: u64,
+    pub basement_size: u64,
+    pub geometry: &'static str,
+    pub buffered_messages: u64,
     pub live_keys: u64,
     pub live_bytes: u64,
     pub data_file_bytes: u64,
@@ -73,6 +77,10 @@ impl From<&Metrics> for DbView {
         DbView {
             engine: e.engine,
             node_size: e.node_size,
+            fanout: e.fanout,
+            basement_size: e.basement_size,
+            geometry: e.geometry_origin,
+            buffered_messages: e.buffered_messages,
             live_keys: e.live_keys,
             live_bytes: e.live_bytes,
             data_file_bytes: m.data_file_bytes,
@@ -94,10 +102,22 @@ impl DbView {
     /// Add the tree, space and cache sections to `t`.
     pub fn rows(&self, t: &mut Table) {
         t.section("tree");
-        t.row(
-            "engine",
-            format!("{}, {} nodes", self.engine, human(self.node_size)),
-        );
+        let shape = if self.fanout > 0 {
+            format!(
+                "{}, {} nodes, fanout {}, {} basements",
+                self.engine,
+                human(self.node_size),
+                self.fanout,
+                human(self.basement_size)
+            )
+        } else {
+            format!("{}, {} nodes", self.engine, human(self.node_size))
+        };
+        t.row("engine", shape);
+        t.row("geometry", self.geometry);
+        if self.fanout > 0 {
+            t.row("buffered messages", self.buffered_messages);
+        }
         t.row("height", self.height);
         t.row(
             "nodes",

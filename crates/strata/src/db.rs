@@ -21,13 +21,15 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::batch::{Op, WriteBatch};
-use crate::betree::{self, BeTree, Geometry};
+use crate::betree::{self, BeTree, Geometry, Origin};
 use crate::btree::{self, BTree};
 use crate::engine::{CheckReport, Engine};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::options::{Durability, EngineOptions, Options};
+use crate::options::{tuned_geometry, Durability, EngineOptions, Options, DEFAULT_BETREE};
+use crate::profile::DeviceProfile;
 use crate::storage::{Device, Env, EnvLock, FileEnv, FileKind, IoStats, Metered, Pager};
+use crate::tune::Workload;
 use crate::wal::{self, Wal};
 
 pub const DATA_FILE: &str = "strata.data";
@@ -74,10 +76,24 @@ fn open_engine(
     pager: Pager,
     opts: &Options,
     cp: Option<&crate::storage::Checkpoint>,
+    auto: Option<(Geometry, Origin)>,
 ) -> Result<Box<dyn Engine>> {
     let merge = opts.merge_operator.clone();
     match cp {
         None => match opts.engine {
+            EngineOptions::Auto => {
+                let (geo, origin) = match auto {
+                    Some(choice) => choice,
+                    None => auto_geometry(opts)?,
+                };
+                Ok(Box::new(BeTree::create(
+                    pager,
+                    geo,
+                    origin,
+                    opts.cache_bytes,
+                    merge,
+                )?))
+            }
             EngineOptions::BTree { node_size } => Ok(Box::new(BTree::create(
                 pager,
                 node_size,
@@ -97,6 +113,7 @@ fn open_engine(
                 Ok(Box::new(BeTree::create(
                     pager,
                     geo,
+                    Origin::Explicit,
                     opts.cache_bytes,
                     merge,
                 )?))
@@ -125,6 +142,19 @@ fn log_is_empty(env: &dyn Env) -> Result<bool> {
     }
 }
 
+/// `EngineOptions::Auto`: the tuner's geometry for the saved device profile, if there is one.
+fn auto_geometry(opts: &Options) -> Result<(Geometry, Origin)> {
+    match DeviceProfile::load_saved()? {
+        Some((_, profile)) => {
+            let mut w = Workload::new(opts.expected_keys);
+            w.cache_bytes = opts.cache_bytes as u64;
+            w.checkpoint_wal_bytes = opts.checkpoint_wal_bytes;
+            Ok((tuned_geometry(&profile, &w), Origin::Profile))
+        }
+        None => Ok((DEFAULT_BETREE, Origin::Default)),
+    }
+}
+
 impl Db {
     /// Open the database in directory `path`, creating it if absent (unless told not to).
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
@@ -135,6 +165,16 @@ impl Db {
     /// Open the database that lives in `env` (a directory, or a simulated disk in tests).
     pub fn open_in(env: &dyn Env, opts: Options) -> Result<Db> {
         opts.validate()?;
+        // A new database's tuned geometry is settled before anything is created, so that a
+        // saved profile that does not parse leaves no trace.
+        let fresh = match env.open(DATA_FILE, FileKind::Data, false)? {
+            None => true,
+            Some(dev) => dev.len()? == 0,
+        };
+        let auto = match opts.engine {
+            EngineOptions::Auto if fresh && opts.create_if_missing => Some(auto_geometry(&opts)?),
+            _ => None,
+        };
         let lock = env.lock(DATA_FILE, opts.create_if_missing)?;
         let data_stats = Arc::new(IoStats::new(opts.cost_model, 4096));
         let wal_stats = Arc::new(IoStats::new(opts.cost_model, 4096));
@@ -148,7 +188,7 @@ impl Db {
         match existing {
             Some(dev) if !(Pager::is_unfinished(&*dev)? && log_is_empty(env)?) => {
                 let (pager, cp) = Pager::open(metered(dev, &data_stats))?;
-                engine = open_engine(pager, &opts, Some(&cp))?;
+                engine = open_engine(pager, &opts, Some(&cp), None)?;
                 checkpoint_seq = cp.wal_seq;
                 checkpoint_slot = cp.seq % 2;
             }
@@ -163,7 +203,7 @@ impl Db {
                 // superblock was durable: start afresh.
                 let dev = env.open(DATA_FILE, FileKind::Data, true)?.expect("created");
                 dev.set_len(0)?;
-                engine = open_engine(Pager::create(metered(dev, &data_stats)), &opts, None)?;
+                engine = open_engine(Pager::create(metered(dev, &data_stats)), &opts, None, auto)?;
                 checkpoint_seq = 0;
             }
         }

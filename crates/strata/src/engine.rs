@@ -43,6 +43,11 @@ pub trait Engine: Send {
 pub struct EngineStats {
     pub engine: &'static str,
     pub node_size: u64,
+    /// Bε-tree fanout and basement size (0 for the B+-tree).
+    pub fanout: u64,
+    pub basement_size: u64,
+    /// Where the node geometry came from: the options, a default, or the tuner.
+    pub geometry_origin: &'static str,
     /// Keys (and their key and value bytes) in the leaves. Exact when `buffered_messages` is
     /// zero; a write-optimised engine learns whether a buffered put creates a key only when
     /// the put reaches a leaf.

@@ -17,14 +17,14 @@ pub mod tune;
 mod wal;
 
 pub use batch::{Op, WriteBatch};
-pub use betree::{BeTree, Geometry};
+pub use betree::{BeTree, Geometry, Origin};
 pub use btree::BTree;
 pub use db::{Db, RangeIter};
 pub use engine::{CheckReport, Engine, EngineStats};
 pub use error::{Error, Result};
 pub use merge::{AddU64, Append, MergeOperator};
 pub use metrics::Metrics;
-pub use options::{Durability, EngineOptions, Options, MAX_KEY_LEN, MAX_VALUE_LEN};
+pub use options::{Durability, EngineOptions, Options, DEFAULT_BETREE, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use profile::DeviceProfile;
 pub use storage::{CacheStats, IoSnapshot};
 pub use tune::{recommend, Recommendation, Workload};

@@ -8,14 +8,21 @@ use crate::btree::BTree;
 use crate::error::{Error, Result};
 use crate::merge::MergeOperator;
 use crate::model::Affine;
+use crate::profile::DeviceProfile;
+use crate::tune::{recommend, Workload};
 
 pub const MAX_KEY_LEN: usize = 4096;
 pub const MAX_VALUE_LEN: usize = 16 << 20;
 /// One batch is one log record; keep records well inside the u32 length field.
 pub const MAX_BATCH_BYTES: usize = 1 << 30;
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub enum EngineOptions {
+    /// The Bε-tree, its geometry chosen by the tuner from the saved device profile
+    /// (`strata profile`), or the built-in 1 MiB nodes, fanout 16, 64 KiB basements when no
+    /// profile is saved. What was used is recorded and shown in `Metrics`.
+    #[default]
+    Auto,
     BTree {
         node_size: usize,
     },
@@ -27,16 +34,12 @@ pub enum EngineOptions {
     },
 }
 
-impl Default for EngineOptions {
-    /// The Bε-tree with 1 MiB nodes, fanout 16 and 64 KiB basements, until the tuner chooses.
-    fn default() -> Self {
-        EngineOptions::BeTree {
-            node_size: 1 << 20,
-            fanout: 16,
-            basement: 64 << 10,
-        }
-    }
-}
+/// The Bε-tree geometry used when no device profile is saved.
+pub const DEFAULT_BETREE: Geometry = Geometry {
+    node_size: 1 << 20,
+    fanout: 16,
+    basement: 64 << 10,
+};
 
 /// When a write is acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +67,8 @@ pub struct Options {
     pub cost_model: Affine,
     /// What upserts do; required to write or replay them.
     pub merge_operator: Option<Arc<dyn MergeOperator>>,
+    /// Records the database is expected to hold, for `EngineOptions::Auto`'s tuning.
+    pub expected_keys: u64,
 }
 
 impl Default for Options {
@@ -77,6 +82,7 @@ impl Default for Options {
             create_if_missing: true,
             cost_model: Affine::default(),
             merge_operator: None,
+            expected_keys: 10_000_000,
         }
     }
 }
@@ -110,6 +116,18 @@ impl Options {
         self.checkpoint_wal_bytes = bytes;
         self
     }
+    /// The engine and cache the tuner recommends for this device and workload: the Bε-tree
+    /// geometry of `strata tune`, and the workload's cache budget.
+    pub fn tuned(profile: &DeviceProfile, workload: &Workload) -> Options {
+        let geo = tuned_geometry(profile, workload);
+        Options::default()
+            .betree(geo.node_size, geo.fanout, geo.basement)
+            .cache_bytes(workload.cache_bytes as usize)
+    }
+    pub fn expected_keys(mut self, keys: u64) -> Self {
+        self.expected_keys = keys;
+        self
+    }
     pub fn merge_operator(mut self, op: impl MergeOperator + 'static) -> Self {
         self.merge_operator = Some(Arc::new(op));
         self
@@ -121,6 +139,7 @@ impl Options {
 
     pub fn validate(&self) -> Result<()> {
         match self.engine {
+            EngineOptions::Auto => {}
             EngineOptions::BTree { node_size } => BTree::check_node_size(node_size)?,
             EngineOptions::BeTree {
                 node_size,
@@ -145,5 +164,15 @@ impl Options {
             ));
         }
         Ok(())
+    }
+}
+
+/// The tuner's Bε-tree choice as an engine geometry.
+pub fn tuned_geometry(profile: &DeviceProfile, workload: &Workload) -> Geometry {
+    let b = recommend(profile, workload).betree;
+    Geometry {
+        node_size: b.node_bytes as usize,
+        fanout: b.fanout as usize,
+        basement: b.basement_bytes as usize,
     }
 }

@@ -964,6 +964,7 @@ fn model_long(name: &str, opts: Options, sim: bool, durability: Durability, seed
     let node_size = match opts.engine {
         strata::EngineOptions::BTree { node_size }
         | strata::EngineOptions::BeTree { node_size, .. } => node_size,
+        strata::EngineOptions::Auto => strata::DEFAULT_BETREE.node_size,
     };
     if node_size <= 4096 {
         assert!(seen.max_height.get() >= 3, "{seen:?}");

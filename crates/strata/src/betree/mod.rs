@@ -39,7 +39,42 @@ use crate::storage::{Checkpoint, Device, NodeId, NodeStore, Pager, Pin};
 /// The first byte of the engine metadata in the superblock.
 pub const ENGINE_TAG: u8 = 2;
 const META_VERSION: u8 = 1;
-const META_LEN: usize = 2 + 12 + 8 + 4 + 7 * 8;
+const META_LEN: usize = 2 + 12 + 8 + 4 + 7 * 8 + 1;
+
+/// Where a tree's geometry came from, recorded so that `stats` can say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Given in `Options`.
+    Explicit,
+    /// The built-in default: no device profile was saved.
+    Default,
+    /// Chosen by the tuner from the saved device profile.
+    Profile,
+}
+
+impl Origin {
+    fn byte(self) -> u8 {
+        match self {
+            Origin::Explicit => 0,
+            Origin::Default => 1,
+            Origin::Profile => 2,
+        }
+    }
+    fn from_byte(b: u8) -> Origin {
+        match b {
+            1 => Origin::Default,
+            2 => Origin::Profile,
+            _ => Origin::Explicit,
+        }
+    }
+    pub fn describe(self) -> &'static str {
+        match self {
+            Origin::Explicit => "given in the options",
+            Origin::Default => "built-in default (no saved device profile)",
+            Origin::Profile => "tuned from the saved device profile",
+        }
+    }
+}
 
 /// Node geometry, fixed when the tree is created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +129,7 @@ pub struct BeTree {
     store: NodeStore<Node>,
     merge: Option<Arc<dyn MergeOperator>>,
     geo: Geometry,
+    origin: Origin,
     root: NodeId,
     height: u32,
     next_seq: u64,
@@ -210,6 +246,7 @@ impl BeTree {
     pub fn create(
         pager: Pager,
         geo: Geometry,
+        origin: Origin,
         cache_bytes: usize,
         merge: Option<Arc<dyn MergeOperator>>,
     ) -> Result<BeTree> {
@@ -221,6 +258,7 @@ impl BeTree {
             store,
             merge,
             geo,
+            origin,
             root,
             height: 1,
             next_seq: 1,
@@ -267,6 +305,7 @@ impl BeTree {
             store: NodeStore::new(pager, cache_bytes),
             merge,
             geo,
+            origin: Origin::from_byte(m[82]),
             root: u64_at(14),
             height: u32_at(22) as u32,
             next_seq: u64_at(26),
@@ -297,6 +336,7 @@ impl BeTree {
         ] {
             m.extend_from_slice(&v.to_le_bytes());
         }
+        m.push(self.origin.byte());
         debug_assert_eq!(m.len(), META_LEN);
         m
     }
@@ -1159,6 +1199,9 @@ impl Engine for BeTree {
         EngineStats {
             engine: "betree",
             node_size: self.geo.node_size as u64,
+            fanout: self.geo.fanout as u64,
+            basement_size: self.geo.basement as u64,
+            geometry_origin: self.origin.describe(),
             live_keys: self.live_keys,
             live_bytes: self.live_bytes,
             buffered_messages: self.buffered,

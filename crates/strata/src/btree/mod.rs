@@ -671,10 +671,13 @@ impl Engine for BTree {
         EngineStats {
             engine: "btree",
             node_size: self.node_size as u64,
+            geometry_origin: "given in the options",
             live_keys: self.live_keys,
             live_bytes: self.live_bytes,
             buffered_messages: 0,
             height: self.height,
+            fanout: 0,
+            basement_size: 0,
             internal_nodes: self.internals,
             leaf_nodes: self.leaves,
             blobs: self.blobs,
