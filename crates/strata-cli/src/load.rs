@@ -58,12 +58,13 @@ pub struct LoadArgs {
     #[arg(long, value_enum, default_value_t = EngineKind::Betree)]
     engine: EngineKind,
     /// Node size of a new database (an existing one keeps its own); default 64KiB for the
-    /// B+-tree, 1MiB for the Bε-tree
+    /// B+-tree. For the Bε-tree, with none of --node-size, --fanout and --basement, the tuner
+    /// chooses from the saved device profile (`strata profile`), else 1MiB
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     node_size: Option<u64>,
-    /// Bε-tree fanout: children per internal node
-    #[arg(long, value_name = "N", default_value_t = 16)]
-    fanout: u64,
+    /// Bε-tree fanout: children per internal node (default 16)
+    #[arg(long, value_name = "N")]
+    fanout: Option<u64>,
     /// Bε-tree leaf basement size; default a sixteenth of the node, from 1KiB to 64KiB
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     basement: Option<u64>,
@@ -168,12 +169,16 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, Failure> {
         EngineKind::Btree => {
             Options::default().btree(usize_arg("node-size", a.node_size.unwrap_or(64 << 10))?)
         }
+        // No geometry given: the tuner chooses from the saved device profile, for this many keys.
+        EngineKind::Betree if (a.node_size, a.fanout, a.basement) == (None, None, None) => {
+            Options::default().expected_keys(a.keys)
+        }
         EngineKind::Betree => {
             let node = a.node_size.unwrap_or(1 << 20);
             let basement = a.basement.unwrap_or((node / 16).clamp(1 << 10, 64 << 10));
             Options::default().betree(
                 usize_arg("node-size", node)?,
-                usize_arg("fanout", a.fanout)?,
+                usize_arg("fanout", a.fanout.unwrap_or(16))?,
                 usize_arg("basement", basement)?,
             )
         }
