@@ -86,3 +86,39 @@ pub(crate) fn merge_operator(op: &Option<Arc<dyn MergeOperator>>) -> Result<&dyn
         )
     })
 }
+
+/// Where a paged scan goes after a leaf whose fence (the nearest pivot beyond the leaf in the
+/// scan's direction) is `fence`, or `None` when the scan is done: the page is full, this was
+/// the last leaf that way, or the next leaf lies wholly outside (`lo`, `hi`).
+pub(crate) fn next_cursor(
+    fence: Option<Vec<u8>>,
+    lo: std::ops::Bound<&[u8]>,
+    hi: std::ops::Bound<&[u8]>,
+    reverse: bool,
+    full: bool,
+) -> Option<std::ops::Bound<Vec<u8>>> {
+    use std::ops::Bound;
+    let f = fence?;
+    let outside = if reverse {
+        // Keys of the leaves to the left are < f.
+        match lo {
+            Bound::Included(l) | Bound::Excluded(l) => f.as_slice() <= l,
+            Bound::Unbounded => false,
+        }
+    } else {
+        // Keys of the leaves to the right are >= f.
+        match hi {
+            Bound::Included(h) => f.as_slice() > h,
+            Bound::Excluded(h) => f.as_slice() >= h,
+            Bound::Unbounded => false,
+        }
+    };
+    if full || outside {
+        return None;
+    }
+    Some(if reverse {
+        Bound::Excluded(f)
+    } else {
+        Bound::Included(f)
+    })
+}

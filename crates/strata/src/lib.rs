@@ -4,6 +4,7 @@
 mod batch;
 mod betree;
 mod btree;
+mod codec;
 mod db;
 mod engine;
 mod error;

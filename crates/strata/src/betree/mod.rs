@@ -29,8 +29,8 @@ use node::{entry_len, read_part, Basement, Internal, Leaf, Node, Part};
 
 use crate::btree::keys::{head, Keys};
 use crate::btree::node::shortest_separator;
-use crate::btree::Val;
-use crate::engine::{merge_operator, CheckReport, Engine, EngineStats};
+use crate::btree::{read_value, Val};
+use crate::engine::{merge_operator, next_cursor, CheckReport, Engine, EngineStats};
 use crate::error::{Error, Result};
 use crate::merge::MergeOperator;
 use crate::storage::block::kind;
@@ -380,24 +380,7 @@ impl BeTree {
     }
 
     fn read_val(&self, v: &Val) -> Result<Vec<u8>> {
-        match v {
-            Val::Inline(b) => Ok(b.clone()),
-            Val::Blob { id, len } => {
-                let pager = self.store.pager();
-                let (k, bytes) = pager.read_block(*id)?;
-                if k != kind::BLOB || bytes.len() != *len as usize {
-                    return Err(Error::corruption(
-                        pager.file_name(),
-                        pager.offset_of(*id),
-                        format!(
-                            "blob {id} should hold {len} bytes, holds {} (kind {k})",
-                            bytes.len()
-                        ),
-                    ));
-                }
-                Ok(bytes)
-            }
-        }
+        read_value(self.store.pager(), v)
     }
 
     fn make_val(&mut self, bytes: Vec<u8>) -> Result<Val> {
@@ -1160,28 +1143,10 @@ impl Engine for BeTree {
             taken += page.len();
             out.extend(page);
             let fence = if reverse { lf } else { hf };
-            let Some(f) = fence else { return Ok(()) };
-            let done = taken >= limit
-                || if reverse {
-                    match lo {
-                        Bound::Included(l) | Bound::Excluded(l) => f.as_slice() <= l,
-                        Bound::Unbounded => false,
-                    }
-                } else {
-                    match hi {
-                        Bound::Included(h) => f.as_slice() > h,
-                        Bound::Excluded(h) => f.as_slice() >= h,
-                        Bound::Unbounded => false,
-                    }
-                };
-            if done {
-                return Ok(());
+            match next_cursor(fence, lo, hi, reverse, taken >= limit) {
+                Some(next) => cursor = next,
+                None => return Ok(()),
             }
-            cursor = if reverse {
-                Bound::Excluded(f)
-            } else {
-                Bound::Included(f)
-            };
         }
     }
 

@@ -23,9 +23,11 @@
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::msg::{Reader, Segment};
+use super::msg::Segment;
 use crate::btree::keys::Keys;
+use crate::btree::node::{decode_entries, encode_entries};
 use crate::btree::Val;
+use crate::codec::Reader;
 use crate::error::{Error, Result};
 use crate::storage::block::{kind, BLOCK_HEADER};
 use crate::storage::{NodeId, Pager, StoredNode};
@@ -80,54 +82,14 @@ pub fn entry_len(key: &[u8], val: &Val) -> usize {
 
 impl Basement {
     fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&(self.keys.len() as u32).to_le_bytes());
-        for (k, v) in self.keys.iter().zip(&self.vals) {
-            out.extend_from_slice(&(k.len() as u16).to_le_bytes());
-            match v {
-                Val::Inline(b) => {
-                    out.push(0);
-                    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-                    out.extend_from_slice(k);
-                    out.extend_from_slice(b);
-                }
-                Val::Blob { id, len } => {
-                    out.push(1);
-                    out.extend_from_slice(&len.to_le_bytes());
-                    out.extend_from_slice(k);
-                    out.extend_from_slice(&id.to_le_bytes());
-                }
-            }
-        }
+        encode_entries(&self.keys, &self.vals, out);
     }
 
     fn decode(p: &[u8]) -> std::result::Result<Basement, String> {
         let mut r = Reader::new(p);
-        let n = r.u32()? as usize;
-        let mut b = Basement {
-            keys: Keys::with_capacity(n),
-            vals: Vec::with_capacity(n),
-        };
-        for _ in 0..n {
-            let klen = r.u16()? as usize;
-            let tag = r.u8()?;
-            let vlen = r.u32()?;
-            let key = r.bytes(klen)?.to_vec();
-            let val = match tag {
-                0 => Val::Inline(r.bytes(vlen as usize)?.to_vec()),
-                1 => Val::Blob {
-                    id: r.u64()?,
-                    len: vlen,
-                },
-                t => return Err(format!("unknown value tag {t}")),
-            };
-            if b.keys.last().is_some_and(|l| l >= key.as_slice()) {
-                return Err("basement keys out of order".into());
-            }
-            b.keys.push(key);
-            b.vals.push(val);
-        }
+        let (keys, vals) = decode_entries(&mut r)?;
         r.finish()?;
-        Ok(b)
+        Ok(Basement { keys, vals })
     }
 }
 

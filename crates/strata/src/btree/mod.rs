@@ -23,7 +23,7 @@ use keys::Keys;
 use node::{shortest_separator, INTERNAL_FIXED, LEAF_FIXED};
 pub use node::{Internal, Leaf, Node, Val};
 
-use crate::engine::{merge_operator, CheckReport, Engine, EngineStats};
+use crate::engine::{merge_operator, next_cursor, CheckReport, Engine, EngineStats};
 use crate::error::{Error, Result};
 use crate::merge::MergeOperator;
 use crate::storage::block::{kind, BLOCK_HEADER};
@@ -234,25 +234,7 @@ impl BTree {
     }
 
     fn read_val(&self, val: &Val) -> Result<Vec<u8>> {
-        match val {
-            Val::Inline(v) => Ok(v.clone()),
-            Val::Blob { id, len } => {
-                let pager = self.store.pager();
-                let (k, bytes) = pager.read_block(*id)?;
-                if k != kind::BLOB || bytes.len() != *len as usize {
-                    let at = pager.extent(*id).map_or(0, |e| e.offset);
-                    return Err(Error::corruption(
-                        pager.file_name(),
-                        at,
-                        format!(
-                            "blob {id} should hold {len} bytes, holds {} (kind {k})",
-                            bytes.len()
-                        ),
-                    ));
-                }
-                Ok(bytes)
-            }
-        }
+        read_value(self.store.pager(), val)
     }
 
     fn drop_val(&mut self, val: Val) {
@@ -465,6 +447,27 @@ impl BTree {
     }
 }
 
+/// A value's bytes: inline, or read (and checked) from its blob block.
+pub(crate) fn read_value(pager: &Pager, val: &Val) -> Result<Vec<u8>> {
+    match val {
+        Val::Inline(v) => Ok(v.clone()),
+        Val::Blob { id, len } => {
+            let (k, bytes) = pager.read_block(*id)?;
+            if k != kind::BLOB || bytes.len() != *len as usize {
+                return Err(Error::corruption(
+                    pager.file_name(),
+                    pager.offset_of(*id),
+                    format!(
+                        "blob {id} should hold {len} bytes, holds {} (kind {k})",
+                        bytes.len()
+                    ),
+                ));
+            }
+            Ok(bytes)
+        }
+    }
+}
+
 fn past_hi(key: &[u8], hi: Bound<&[u8]>) -> bool {
     match hi {
         Bound::Included(h) => key > h,
@@ -636,24 +639,10 @@ impl Engine for BTree {
                 let v = self.read_val(&v)?;
                 out.push((k, v));
             }
-            let Some(f) = fence else { return Ok(()) };
-            let done = taken >= limit
-                || if reverse {
-                    match lo {
-                        Bound::Included(l) | Bound::Excluded(l) => f.as_slice() <= l,
-                        Bound::Unbounded => false,
-                    }
-                } else {
-                    past_hi(&f, hi)
-                };
-            if done {
-                return Ok(());
+            match next_cursor(fence, lo, hi, reverse, taken >= limit) {
+                Some(next) => cursor = next,
+                None => return Ok(()),
             }
-            cursor = if reverse {
-                Bound::Excluded(f)
-            } else {
-                Bound::Included(f)
-            };
         }
     }
 

@@ -13,6 +13,7 @@
 //! `bytes` tracks the encoded payload size so that split and merge decisions are O(1).
 
 use super::keys::Keys;
+use crate::codec::Reader;
 use crate::error::Result as DbResult;
 use crate::storage::block::kind;
 use crate::storage::cache::load_block;
@@ -189,6 +190,54 @@ impl Internal {
     }
 }
 
+/// Leaf entries as B+-tree leaves and Bε-tree basements store them: count u32, then per entry
+/// key length u16, tag u8 (0 inline, 1 blob), value length u32, key, then the value or the
+/// blob's id u64.
+pub fn encode_entries(keys: &Keys, vals: &[Val], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(keys.len() as u32).to_le_bytes());
+    for (k, v) in keys.iter().zip(vals) {
+        out.extend_from_slice(&(k.len() as u16).to_le_bytes());
+        let (tag, len) = match v {
+            Val::Inline(b) => (0u8, b.len() as u32),
+            Val::Blob { len, .. } => (1, *len),
+        };
+        out.push(tag);
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(k);
+        match v {
+            Val::Inline(b) => out.extend_from_slice(b),
+            Val::Blob { id, .. } => out.extend_from_slice(&id.to_le_bytes()),
+        }
+    }
+}
+
+/// Entries written by `encode_entries`; keys must be strictly increasing.
+pub fn decode_entries(r: &mut Reader<'_>) -> Result<(Keys, Vec<Val>), String> {
+    let n = r.u32()? as usize;
+    let mut keys = Keys::with_capacity(n);
+    let mut vals = Vec::with_capacity(n);
+    for _ in 0..n {
+        let klen = r.u16()? as usize;
+        let tag = r.u8()?;
+        let vlen = r.u32()?;
+        let key = r.bytes(klen)?.to_vec();
+        let val = match tag {
+            0 => Val::Inline(r.bytes(vlen as usize)?.to_vec()),
+            1 => Val::Blob {
+                id: r.u64()?,
+                len: vlen,
+            },
+            t => return Err(format!("unknown value tag {t}")),
+        };
+        if keys.last().is_some_and(|p| p >= key.as_slice()) {
+            return Err("entries out of order".into());
+        }
+        keys.push(key);
+        vals.push(val);
+    }
+    Ok((keys, vals))
+}
+
 /// The shortest key s with `left < s <= right`, used as a leaf separator to keep internal nodes
 /// small (suffix truncation).
 pub fn shortest_separator(left: &[u8], right: &[u8]) -> Vec<u8> {
@@ -221,24 +270,7 @@ impl Node {
         match self {
             Node::Leaf(l) => {
                 out.reserve(l.bytes);
-                out.extend_from_slice(&(l.keys.len() as u32).to_le_bytes());
-                for (k, v) in l.keys.iter().zip(&l.vals) {
-                    out.extend_from_slice(&(k.len() as u16).to_le_bytes());
-                    match v {
-                        Val::Inline(b) => {
-                            out.push(0);
-                            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-                            out.extend_from_slice(k);
-                            out.extend_from_slice(b);
-                        }
-                        Val::Blob { id, len } => {
-                            out.push(1);
-                            out.extend_from_slice(&len.to_le_bytes());
-                            out.extend_from_slice(k);
-                            out.extend_from_slice(&id.to_le_bytes());
-                        }
-                    }
-                }
+                encode_entries(&l.keys, &l.vals, out);
                 kind::BTREE_LEAF
             }
             Node::Internal(n) => {
@@ -256,37 +288,18 @@ impl Node {
     }
 
     pub fn decode(kind: u8, p: &[u8]) -> Result<Node, String> {
-        let mut r = Reader { p, at: 0 };
+        let mut r = Reader::new(p);
         match kind {
             kind::BTREE_LEAF => {
-                let n = r.u32()? as usize;
-                let mut l = Leaf {
-                    keys: Keys::with_capacity(n),
-                    vals: Vec::with_capacity(n),
-                    bytes: LEAF_FIXED,
-                };
-                for _ in 0..n {
-                    let klen = r.u16()? as usize;
-                    let tag = r.u8()?;
-                    let vlen = r.u32()?;
-                    let key = r.bytes(klen)?.to_vec();
-                    let val = match tag {
-                        0 => Val::Inline(r.bytes(vlen as usize)?.to_vec()),
-                        1 => Val::Blob {
-                            id: r.u64()?,
-                            len: vlen,
-                        },
-                        t => return Err(format!("unknown value tag {t}")),
-                    };
-                    if l.keys.last().is_some_and(|p| p >= key.as_slice()) {
-                        return Err("leaf keys out of order".into());
-                    }
-                    l.bytes += leaf_entry_len(&key, &val);
-                    l.keys.push(key);
-                    l.vals.push(val);
-                }
+                let (keys, vals) = decode_entries(&mut r)?;
                 r.finish()?;
-                Ok(Node::Leaf(l))
+                let bytes = LEAF_FIXED
+                    + keys
+                        .iter()
+                        .zip(&vals)
+                        .map(|(k, v)| leaf_entry_len(k, v))
+                        .sum::<usize>();
+                Ok(Node::Leaf(Leaf { keys, vals, bytes }))
             }
             kind::BTREE_INTERNAL => {
                 let n = r.u32()? as usize;
@@ -309,41 +322,6 @@ impl Node {
                 Ok(Node::Internal(node))
             }
             k => Err(format!("block kind {k} is not a B+-tree node")),
-        }
-    }
-}
-
-struct Reader<'a> {
-    p: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn bytes(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.p.len());
-        let end =
-            end.ok_or_else(|| format!("truncated at byte {} of {}", self.at, self.p.len()))?;
-        let s = &self.p[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.bytes(1)?[0])
-    }
-    fn u16(&mut self) -> Result<u16, String> {
-        Ok(u16::from_le_bytes(self.bytes(2)?.try_into().unwrap()))
-    }
-    fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().unwrap()))
-    }
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().unwrap()))
-    }
-    fn finish(&self) -> Result<(), String> {
-        if self.at == self.p.len() {
-            Ok(())
-        } else {
-            Err(format!("{} trailing bytes", self.p.len() - self.at))
         }
     }
 }

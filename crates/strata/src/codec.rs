@@ -1,0 +1,40 @@
+//! Decoding helpers shared by the on-disk formats.
+
+/// A bounds-checked little-endian reader; errors say where the bytes ran out.
+pub(crate) struct Reader<'a> {
+    p: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(p: &'a [u8]) -> Reader<'a> {
+        Reader { p, at: 0 }
+    }
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.p.len());
+        let end =
+            end.ok_or_else(|| format!("truncated at byte {} of {}", self.at, self.p.len()))?;
+        let s = &self.p[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    pub fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.bytes(1)?[0])
+    }
+    pub fn u16(&mut self) -> Result<u16, String> {
+        Ok(u16::from_le_bytes(self.bytes(2)?.try_into().unwrap()))
+    }
+    pub fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().unwrap()))
+    }
+    pub fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.bytes(8)?.try_into().unwrap()))
+    }
+    pub fn finish(&self) -> Result<(), String> {
+        if self.at == self.p.len() {
+            Ok(())
+        } else {
+            Err(format!("{} trailing bytes", self.p.len() - self.at))
+        }
+    }
+}
