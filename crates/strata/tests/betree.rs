@@ -93,3 +93,132 @@ fn point_queries_read_one_small_partition_per_uncached_level() {
         "{bytes_per_read} bytes per read, node {node}"
     );
 }
+
+/// Sequential inserts go straight to the rightmost leaf (the path's buffers stay empty, the
+/// leaf is resident): nothing is buffered, splits climb the path, and every key reads back.
+/// Random inserts into the same geometry do buffer.
+#[test]
+fn sequential_inserts_take_the_rightmost_leaf_path() {
+    let opts = Options::default()
+        .betree(16 << 10, 8, 2 << 10)
+        .cache_bytes(4 << 20)
+        .durability(Durability::None);
+    let env = SimEnv::new();
+    let db = Db::open_in(&env, opts.clone()).unwrap();
+    let n = 30_000u64;
+    for i in 0..n {
+        db.put(format!("{i:010}"), [i as u8; 50]).unwrap();
+    }
+    let seq = db.metrics().engine;
+    eprintln!(
+        "sequential: height {}, {} leaves, {} buffered",
+        seq.height, seq.leaf_nodes, seq.buffered_messages
+    );
+    assert!(seq.height >= 3, "{seq:?}");
+    assert_eq!(seq.buffered_messages, 0, "sequential inserts were buffered");
+    assert_eq!(seq.live_keys, n);
+    assert_eq!(db.check().unwrap().keys, n);
+    for i in (0..n).step_by(997) {
+        assert_eq!(db.get(format!("{i:010}")).unwrap().unwrap(), [i as u8; 50]);
+    }
+    // Overwrites and deletes of existing keys are not appends: they are buffered as usual.
+    db.put(format!("{:010}", 5), b"again").unwrap();
+    assert!(db.metrics().engine.buffered_messages > 0);
+    assert_eq!(db.get(format!("{:010}", 5)).unwrap().unwrap(), b"again");
+    drop(db);
+
+    let env = SimEnv::new();
+    let db = Db::open_in(&env, opts).unwrap();
+    for i in 0..n {
+        db.put(key(i), [i as u8; 50]).unwrap();
+    }
+    let rnd = db.metrics().engine;
+    assert!(
+        rnd.buffered_messages > 0,
+        "random inserts should buffer: {rnd:?}"
+    );
+    assert_eq!(db.check().unwrap().keys, n);
+}
+
+/// The fast path mixed with everything else, against a BTreeMap: appends interleaved with
+/// overwrites, deletes, upserts and range deletes of earlier keys, gets, and reopens.
+#[test]
+fn appends_mixed_with_other_writes_match_an_oracle() {
+    use std::collections::BTreeMap;
+    let opts = Options::default()
+        .betree(8 << 10, 4, 1 << 10)
+        .cache_bytes(2 << 20)
+        .durability(Durability::None)
+        .merge_operator(strata::AddU64);
+    let env = SimEnv::new();
+    let mut db = Db::open_in(&env, opts.clone()).unwrap();
+    let mut oracle: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut top = 0u64;
+    for step in 0..20_000u64 {
+        let r = next() % 100;
+        let old = format!("k{:08}", next() % (top + 1)).into_bytes();
+        if r < 60 {
+            top += 1 + next() % 3;
+            let k = format!("k{top:08}").into_bytes();
+            let v = vec![(step % 251) as u8; (next() % 80) as usize];
+            db.put(&k, &v).unwrap();
+            oracle.insert(k, v);
+        } else if r < 70 {
+            let v = step.to_le_bytes().to_vec();
+            db.put(&old, &v).unwrap();
+            oracle.insert(old, v);
+        } else if r < 78 {
+            db.delete(&old).unwrap();
+            oracle.remove(&old);
+        } else if r < 86 {
+            let add = next() % 100;
+            db.upsert(&old, add.to_le_bytes()).unwrap();
+            let base = oracle.get(&old).map_or(0, |v| {
+                let mut b = [0u8; 8];
+                b[..v.len().min(8)].copy_from_slice(&v[..v.len().min(8)]);
+                u64::from_le_bytes(b)
+            });
+            oracle.insert(old, base.wrapping_add(add).to_le_bytes().to_vec());
+        } else if r < 88 {
+            let end = format!("k{:08}", old_plus(&old, next() % 40)).into_bytes();
+            db.delete_range(&old, &end).unwrap();
+            let doomed: Vec<_> = oracle
+                .range(old.clone()..end)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in doomed {
+                oracle.remove(&k);
+            }
+        } else if r < 99 {
+            assert_eq!(
+                db.get(&old).unwrap(),
+                oracle.get(&old).cloned(),
+                "step {step}"
+            );
+        } else {
+            db.close().unwrap();
+            db = Db::open_in(&env, opts.clone()).unwrap();
+        }
+    }
+    let all: Vec<_> = db.iter().unwrap().map(|r| r.unwrap()).collect();
+    assert!(
+        all == oracle.clone().into_iter().collect::<Vec<_>>(),
+        "contents differ"
+    );
+    assert_eq!(db.check().unwrap().keys, oracle.len() as u64);
+}
+
+fn old_plus(k: &[u8], d: u64) -> u64 {
+    std::str::from_utf8(&k[1..])
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        + d
+}

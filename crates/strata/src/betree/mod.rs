@@ -940,6 +940,62 @@ impl BeTree {
         }
     }
 
+    /// The sequential-insert fast path: apply `m` straight to its leaf when that is the same as
+    /// buffering it (no segment on its path holds any message, so nothing older for its key
+    /// waits above), costs no IO (the path's nodes and the leaf are resident and fully loaded)
+    /// and appends (its key is past the leaf's last key). Sequential inserts keep the rightmost
+    /// path's buffers empty and so always take it; random inserts almost never do. Returns the
+    /// message back when the fast path does not apply.
+    fn append_to_rightmost(&mut self, m: Msg) -> Result<Option<Msg>> {
+        if matches!(m.body, Body::DeleteRange(_)) || !self.store.is_resident(self.root) {
+            return Ok(Some(m));
+        }
+        let mut path: Vec<(Pin<Node>, usize)> = Vec::new();
+        let mut pin = self.store.get(self.root)?;
+        loop {
+            let step = match &*pin.read() {
+                Node::Internal(n) => {
+                    let i = n.child_for(&m.key);
+                    let ok = n.segs[i].count == 0 && self.store.is_resident(n.children[i]);
+                    ok.then_some((i, n.children[i]))
+                }
+                Node::Leaf(l) => {
+                    let full = l.bases.iter().all(|b| b.data.is_some());
+                    let past = l
+                        .bases
+                        .last()
+                        .and_then(|b| b.data.as_ref())
+                        .and_then(|b| b.keys.last());
+                    let appends = past.is_some_and(|last| m.key.as_slice() > last);
+                    if !(full && appends) || path.is_empty() {
+                        return Ok(Some(m));
+                    }
+                    break;
+                }
+            };
+            let Some((i, child)) = step else {
+                return Ok(Some(m));
+            };
+            let child = self.store.get(child)?;
+            path.push((pin, i));
+            pin = child;
+        }
+        if path
+            .iter()
+            .any(|(p, _)| (0..p.read().parts()).any(|i| !p.read().loaded(i)))
+        {
+            return Ok(Some(m));
+        }
+        self.apply_to_leaf(&pin, vec![m])?;
+        // Splits climb the path as far as they go.
+        let mut child = pin;
+        while let Some((parent, i)) = path.pop() {
+            self.fix_child(&parent, i, child)?;
+            child = parent;
+        }
+        Ok(None)
+    }
+
     /// Send one message into the tree.
     fn inject(&mut self, body: Body, key: &[u8]) -> Result<()> {
         let m = Msg {
@@ -948,6 +1004,10 @@ impl BeTree {
             body,
         };
         self.next_seq += 1;
+        let m = match self.append_to_rightmost(m)? {
+            None => return self.fix_root(),
+            Some(m) => m,
+        };
         let root = self.store.get(self.root)?;
         self.load_all(&root)?;
         let is_leaf = root.read().is_leaf();
