@@ -572,8 +572,35 @@ impl BeTree {
                     _ => false,
                 })
                 .collect();
+            let appends = hit.is_empty()
+                && run.first().is_some_and(|m| {
+                    base.get().keys.last().is_none_or(|last| last < m.key.as_slice())
+                });
             let pieces = if run.is_empty() && hit.is_empty() {
                 vec![(None, base)]
+            } else if appends {
+                // Every message lands past the basement's last key: push, and re-cut only when
+                // the basement outgrows its size (amortised O(1) per sequential insert).
+                let (mut b, mut bytes) = (base.data.expect("dirty nodes are resident"), base.bytes);
+                let mut run = run.into_iter().peekable();
+                while let Some(first) = run.next() {
+                    let key = first.key.clone();
+                    let mut events = vec![first];
+                    while run.peek().is_some_and(|m| m.key == key) {
+                        events.push(run.next().expect("peeked"));
+                    }
+                    if let Some(v) = self.settle_key(&key, None, events, Vec::new())? {
+                        bytes += entry_len(&key, &v);
+                        b.keys.push(key);
+                        b.vals.push(v);
+                    }
+                }
+                if bytes > self.geo.basement {
+                    cut(b.keys, b.vals, self.geo.basement)
+                } else {
+                    let count = b.keys.len() as u32;
+                    vec![(None, Part::new(b, count, bytes))]
+                }
             } else {
                 let b = base.data.expect("dirty nodes are resident");
                 let (keys, vals) = self.apply_to_basement(b, run, &hit)?;
