@@ -1,6 +1,7 @@
 //! `strata`, the command-line tool for strata databases: the argument grammar, dispatch to each
 //! command, and how failures become messages and exit codes.
 
+mod bench;
 mod gen;
 mod inspect;
 mod kv;
@@ -43,6 +44,8 @@ enum Command {
     Check(inspect::CheckArgs),
     Profile(profile::ProfileArgs),
     Tune(tune::TuneArgs),
+    #[command(subcommand)]
+    Bench(bench::Experiment),
 }
 
 /// Why a command failed; each kind has its exit code.
@@ -114,6 +117,7 @@ fn main() -> ExitCode {
     };
     let outcome = match cli.command {
         Command::Load(a) => load::run(a),
+        Command::Bench(e) => bench::run(e),
         Command::Put(a) => kv::put(a),
         Command::Get(a) => kv::get(a),
         Command::Delete(a) => kv::delete(a),

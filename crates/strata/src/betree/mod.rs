@@ -25,7 +25,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use msg::{Body, Msg, Segment, EMPTY_SEGMENT};
-use node::{entry_len, read_part, Basement, Internal, Leaf, Node, Part};
+use node::{entry_len, read_part, read_whole, Basement, Internal, Leaf, Node, Part};
 
 use crate::btree::keys::{head, Keys};
 use crate::btree::node::shortest_separator;
@@ -370,13 +370,29 @@ impl BeTree {
         Ok(())
     }
 
-    /// Make every partition resident: required before a node is changed.
+    /// Make every partition resident (required before a node is changed): one read of the
+    /// whole extent when more than one partition is missing.
     fn load_all(&mut self, pin: &Pin<Node>) -> Result<()> {
-        let n = pin.read().parts();
-        for i in 0..n {
-            self.load_part(pin, i)?;
+        let missing = {
+            let g = pin.read();
+            (0..g.parts()).filter(|&i| !g.loaded(i)).count()
+        };
+        match missing {
+            0 => Ok(()),
+            1 => {
+                let i = (0..pin.read().parts())
+                    .find(|&i| !pin.read().loaded(i))
+                    .expect("one missing");
+                self.load_part(pin, i)
+            }
+            _ => {
+                let whole = read_whole(self.store.pager(), pin.id())?;
+                pin.write()
+                    .install_from(self.store.pager(), pin.id(), &whole)?;
+                self.store.recharge(pin);
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     fn read_val(&self, v: &Val) -> Result<Vec<u8>> {
@@ -574,7 +590,10 @@ impl BeTree {
                 .collect();
             let appends = hit.is_empty()
                 && run.first().is_some_and(|m| {
-                    base.get().keys.last().is_none_or(|last| last < m.key.as_slice())
+                    base.get()
+                        .keys
+                        .last()
+                        .is_none_or(|last| last < m.key.as_slice())
                 });
             let pieces = if run.is_empty() && hit.is_empty() {
                 vec![(None, base)]

@@ -29,8 +29,12 @@ use crate::btree::node::{decode_entries, encode_entries};
 use crate::btree::Val;
 use crate::codec::Reader;
 use crate::error::{Error, Result};
-use crate::storage::block::{kind, BLOCK_HEADER};
+use crate::storage::block::{self, kind, BLOCK_HEADER};
 use crate::storage::{NodeId, Pager, StoredNode};
+
+/// Nodes up to this size are read whole on a miss: below about the device's half-bandwidth
+/// point (1/α ≈ 60–130 KiB here) a second, partial read costs more than reading the rest.
+pub const WHOLE_READ_MAX: u64 = 64 << 10;
 
 /// Heap bytes one entry or message costs beyond its encoding, for the cache charge.
 const ENTRY_OVERHEAD: usize = 96;
@@ -324,6 +328,38 @@ fn decode_pivots(r: &mut Reader<'_>, n: usize) -> std::result::Result<Keys, Stri
     Ok(keys)
 }
 
+/// The whole extent of node `id`, in one read.
+pub fn read_whole(pager: &Pager, id: NodeId) -> Result<Vec<u8>> {
+    let len = pager.extent(id).map_or(0, |e| e.len) as usize;
+    pager.read_part(id, 0, len)
+}
+
+impl Node {
+    /// Make resident every partition not yet resident, from `whole` (the node's extent as
+    /// read), checking each against its checksum.
+    pub fn install_from(&mut self, pager: &Pager, id: NodeId, whole: &[u8]) -> Result<()> {
+        for i in 0..self.parts() {
+            if self.loaded(i) {
+                continue;
+            }
+            let loc = self.loc(i).expect("an unloaded partition is on disk");
+            let at = pager.offset_of(id) + loc.off as u64;
+            let bad = |what: String| {
+                Error::corruption(pager.file_name(), at, format!("node {id}: {what}"))
+            };
+            let end = loc.off as usize + loc.len as usize;
+            let bytes = whole
+                .get(loc.off as usize..end)
+                .ok_or_else(|| bad(format!("partition {i} lies outside the extent")))?;
+            if xxh3_64(bytes) != loc.sum {
+                return Err(bad(format!("partition {i} checksum mismatch")));
+            }
+            self.install(i, bytes).map_err(bad)?;
+        }
+        Ok(())
+    }
+}
+
 /// Read partition i of node `id` and check it against the directory.
 pub fn read_part(pager: &Pager, id: NodeId, i: usize, loc: Loc) -> Result<Vec<u8>> {
     let bytes = pager.read_part(id, loc.off as u64, loc.len as usize)?;
@@ -364,14 +400,18 @@ impl StoredNode for Node {
     }
 
     fn load(pager: &Pager, id: NodeId) -> Result<Node> {
+        let at = pager.offset_of(id);
+        let bad =
+            |what: String| Error::corruption(pager.file_name(), at, format!("node {id}: {what}"));
+        if pager.extent(id).is_some_and(|e| e.len <= WHOLE_READ_MAX) {
+            let whole = read_whole(pager, id)?;
+            let (k, head) = block::open(&whole, id, pager.file_name(), at)?;
+            let mut node = Node::decode_head(k, head).map_err(bad)?;
+            node.install_from(pager, id, &whole)?;
+            return Ok(node);
+        }
         let (k, head) = pager.read_head(id)?;
-        Node::decode_head(k, &head).map_err(|what| {
-            Error::corruption(
-                pager.file_name(),
-                pager.offset_of(id),
-                format!("node {id}: {what}"),
-            )
-        })
+        Node::decode_head(k, &head).map_err(bad)
     }
 
     fn store(&mut self, pager: &mut Pager, id: NodeId) -> Result<()> {

@@ -1,0 +1,33 @@
+//! The seed 001 driver on small sizes: every operation is measured for both trees, the
+//! predicted ones carry predictions, and once the data outgrows the cache the headline results
+//! hold: random inserts cost the Bε-tree fewer IOs than the B+-tree, random searches cost it
+//! more.
+
+use strata_bench::seed001::{self, Config};
+
+#[test]
+fn seed001_small_sizes() {
+    let cfg = Config {
+        min_bytes: 32 << 10,
+        max_bytes: 1 << 20,
+        ..Config::default()
+    };
+    let report = seed001::run(&cfg, |_| {}).unwrap();
+    assert_eq!(report.rows.len(), 6 * 2 * 5);
+    for r in &report.rows {
+        assert!(r.measured_ios > 0 || r.op.contains("search"), "{r:?}");
+        let predicted = matches!(r.op, "random insert" | "random search" | "range search");
+        assert_eq!(r.predicted_ios.is_some(), predicted, "{r:?}");
+    }
+    let (size, [ins_m, _, search_m, _]) = *report.ratios().last().unwrap();
+    assert_eq!(size, 1 << 20);
+    eprintln!("1 MiB: random insert B+/Bε {ins_m:?}, random search Bε/B+ {search_m:?}");
+    assert!(
+        ins_m.unwrap() > 2.0,
+        "random inserts: B+-tree over Bε-tree IOs {ins_m:?}"
+    );
+    assert!(
+        search_m.unwrap() > 1.0,
+        "random searches: Bε-tree over B+-tree IOs {search_m:?}"
+    );
+}
