@@ -453,25 +453,24 @@ impl StoredNode for Node {
     }
 
     fn shed(&mut self) -> bool {
+        // Only partitions that are also on disk can be dropped and read again.
         let mut any = false;
-        let drop_part = |data_some: bool, has_loc: bool| data_some && has_loc;
+        let mut drop_data = |data_some: bool, loc_some: bool| {
+            let drop = data_some && loc_some;
+            any |= drop;
+            drop
+        };
         match self {
-            Node::Internal(n) => {
-                for s in &mut n.segs {
-                    if drop_part(s.data.is_some(), s.loc.is_some()) {
-                        s.data = None;
-                        any = true;
-                    }
+            Node::Internal(n) => n.segs.iter_mut().for_each(|s| {
+                if drop_data(s.data.is_some(), s.loc.is_some()) {
+                    s.data = None;
                 }
-            }
-            Node::Leaf(l) => {
-                for b in &mut l.bases {
-                    if drop_part(b.data.is_some(), b.loc.is_some()) {
-                        b.data = None;
-                        any = true;
-                    }
+            }),
+            Node::Leaf(l) => l.bases.iter_mut().for_each(|b| {
+                if drop_data(b.data.is_some(), b.loc.is_some()) {
+                    b.data = None;
                 }
-            }
+            }),
         }
         any
     }

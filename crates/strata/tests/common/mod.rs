@@ -153,20 +153,16 @@ pub fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
     out
 }
 
-/// SplitMix64: a small deterministic generator for seeded runs and value contents.
+/// A seeded generator for test runs and value contents: the library's SplitMix64.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(strata::model::SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(strata::model::SplitMix64::new(seed))
     }
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// Uniform in lo..hi (hi exclusive, hi > lo).
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
