@@ -1,4 +1,14 @@
-//! strata's experiment drivers. Each experiment runs on simulated devices where IO counts are
-//! exact and returns a report that the CLI prints as a table or JSON.
+//! strata's benchmark harness and experiment drivers.
+//!
+//! - `workload`: the spec every engine is driven through; `gen`: its deterministic records.
+//! - `store`: the adapter an engine implements (strata's here, peers in `strata-compare`).
+//! - `runner`: runs a spec on one engine and measures it from outside; `measure`: the readings.
+//! - Experiments: `seed001` (simulated disk, exact IO counts), `sweep` (node sizes on the real
+//!   disk); each returns a report that the CLI prints as a table or JSON.
 
+pub mod gen;
+pub mod measure;
+pub mod runner;
 pub mod seed001;
+pub mod store;
+pub mod workload;

@@ -13,11 +13,28 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use serde::Serialize;
 use strata::{Db, Durability, Options, WriteBatch};
 
-use crate::gen::{Order, Records, Rng};
 use crate::kv::to_hex;
 use crate::report::{bytes, hit_rate, print_json, print_table, ratio, DbView, Table};
 use crate::sizes::{human, parse_size, SIZE_HELP};
 use crate::Failure;
+use strata_bench::gen::{Order, Records, Rng};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OrderArg {
+    /// Keys in ascending order (a big-endian counter)
+    Sequential,
+    /// Keys in pseudo-random order (a hash of the seed and the counter)
+    Random,
+}
+
+impl From<OrderArg> for Order {
+    fn from(o: OrderArg) -> Order {
+        match o {
+            OrderArg::Sequential => Order::Sequential,
+            OrderArg::Random => Order::Random,
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum EngineKind {
@@ -52,8 +69,8 @@ pub struct LoadArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     batch: u64,
     /// Key order
-    #[arg(long, value_enum, default_value_t = Order::Random)]
-    order: Order,
+    #[arg(long, value_enum, default_value_t = OrderArg::Random)]
+    order: OrderArg,
     /// Engine of a new database (an existing one keeps its own)
     #[arg(long, value_enum, default_value_t = EngineKind::Betree)]
     engine: EngineKind,
@@ -153,7 +170,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, Failure> {
         ));
     }
     let records = Records::new(
-        a.order,
+        a.order.into(),
         usize_arg("key-size", a.key_size)?,
         usize_arg("value-size", a.value_size)?,
         a.seed,
@@ -213,7 +230,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, Failure> {
             key_size: a.key_size,
             value_size: a.value_size,
             batch: a.batch,
-            order: a.order.name(),
+            order: Order::from(a.order).name(),
             durability: match durability {
                 Durability::Sync => "sync",
                 Durability::None => "none",

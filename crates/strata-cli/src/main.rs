@@ -2,7 +2,6 @@
 //! command, and how failures become messages and exit codes.
 
 mod bench;
-mod gen;
 mod inspect;
 mod kv;
 mod load;

@@ -1,15 +1,20 @@
-//! Deterministic records for `strata load`. Record i's key and value are pure functions of the
-//! seed and i, so a read pass (or a later run) can regenerate any loaded record from its index
-//! and check what the database returns.
+//! Deterministic records for `strata load` and the benchmark workloads. Record i's key and value
+//! are pure functions of the seed and i (and, for a rewritten value, its version), so a read pass
+//! (or a later run, or the Go driver in `compare/go`) can regenerate any record from its index and
+//! check what the database returns.
 //!
 //! - Sequential keys: the big-endian counter i, left-padded with zeros to the key size (or cut to
 //!   its low bytes when the key size is below 8, which needs i < 256^key_size).
 //! - Random keys: the first 8 bytes are splitmix64(a + i·γ) for a seed-derived a and odd γ. The
 //!   map from i is a bijection on u64, so distinct indices give distinct keys; further bytes come
 //!   from a splitmix64 stream started at those 8 bytes.
-//! - Values: incompressible bytes from a splitmix64 stream whose start depends on (seed, i).
+//! - Values: incompressible bytes from a splitmix64 stream whose start depends on (seed, i); the
+//!   value a record is rewritten with in version v > 0 starts at that start plus v·γ·γ.
+//! - Skewed choices: YCSB's zipfian generator (Gray et al., "Quickly generating billion-record
+//!   synthetic databases", SIGMOD 1994), with the rank scrambled by splitmix64 so that the hot
+//!   records are spread over the key space rather than being the first ones loaded.
 
-use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
 
 /// The golden-ratio increment of splitmix64.
 const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -59,7 +64,8 @@ impl Rng {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Order {
     /// Keys in ascending order (a big-endian counter).
     Sequential,
@@ -95,17 +101,17 @@ impl Records {
         count: u64,
     ) -> Result<Records, String> {
         if key_size == 0 {
-            return Err("--key-size must be at least 1 byte".into());
+            return Err("the key size must be at least 1 byte".into());
         }
         if key_size > strata::MAX_KEY_LEN {
             return Err(format!(
-                "--key-size of {key_size} bytes exceeds the maximum of {}",
+                "a key size of {key_size} bytes exceeds the maximum of {}",
                 strata::MAX_KEY_LEN
             ));
         }
         if value_size > strata::MAX_VALUE_LEN {
             return Err(format!(
-                "--value-size of {value_size} bytes exceeds the maximum of {}",
+                "a value size of {value_size} bytes exceeds the maximum of {}",
                 strata::MAX_VALUE_LEN
             ));
         }
@@ -113,7 +119,7 @@ impl Records {
             match order {
                 Order::Random => {
                     return Err(format!(
-                        "random keys need --key-size of at least 8 bytes to be distinct, not \
+                        "random keys need a key size of at least 8 bytes to be distinct, not \
                          {key_size}"
                     ))
                 }
@@ -155,11 +161,76 @@ impl Records {
         }
     }
 
-    /// Replace `out` with the value of record i.
+    /// Replace `out` with the value of record i as first loaded.
     pub fn value(&self, i: u64, out: &mut Vec<u8>) {
-        let start = mix(self.value_base.wrapping_add(i.wrapping_mul(GAMMA)));
+        self.value_version(i, 0, out)
+    }
+
+    /// Replace `out` with the value record i holds after its `version`-th rewrite.
+    pub fn value_version(&self, i: u64, version: u64, out: &mut Vec<u8>) {
+        let start = mix(self.value_base.wrapping_add(i.wrapping_mul(GAMMA)))
+            .wrapping_add(version.wrapping_mul(GAMMA.wrapping_mul(GAMMA)));
         out.clear();
         Rng::new(start).extend(out, self.value_size);
+    }
+
+    pub fn key_size(&self) -> usize {
+        self.key_size
+    }
+
+    pub fn value_size(&self) -> usize {
+        self.value_size
+    }
+}
+
+/// YCSB's zipfian distribution over ranks 0..n (rank 0 most popular), with constant θ.
+pub struct Zipf {
+    n: u64,
+    theta: f64,
+    alpha: f64,
+    zeta_n: f64,
+    eta: f64,
+}
+
+impl Zipf {
+    /// YCSB's default skew.
+    pub const THETA: f64 = 0.99;
+
+    /// Costs O(n) once, for ζ(n).
+    pub fn new(n: u64, theta: f64) -> Zipf {
+        assert!(n > 0 && theta > 0.0 && theta < 1.0);
+        let zeta = |n: u64| (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
+        let zeta_n = zeta(n);
+        let zeta_2 = zeta(2.min(n));
+        let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta_2 / zeta_n);
+        Zipf {
+            n,
+            theta,
+            alpha: 1.0 / (1.0 - theta),
+            zeta_n,
+            eta,
+        }
+    }
+
+    /// A rank in 0..n; small ranks are the popular ones.
+    pub fn rank(&self, rng: &mut Rng) -> u64 {
+        let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        let uz = u * self.zeta_n;
+        if uz < 1.0 {
+            return 0;
+        }
+        if uz < 1.0 + 0.5f64.powf(self.theta) {
+            return 1.min(self.n - 1);
+        }
+        let r = (self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64;
+        r.min(self.n - 1)
+    }
+
+    /// A record index in 0..n whose popularity follows the distribution, with the popular
+    /// records scattered (rank r maps to a hash of r, reduced to 0..n).
+    pub fn scattered(&self, rng: &mut Rng) -> u64 {
+        let r = self.rank(rng);
+        ((mix(r ^ KEY_SALT) as u128 * self.n as u128) >> 64) as u64
     }
 }
 
@@ -215,6 +286,39 @@ mod tests {
         assert_ne!(a, b);
         let distinct = a.iter().collect::<HashSet<_>>().len();
         assert!(distinct > 200, "only {distinct} distinct byte values");
+    }
+
+    #[test]
+    fn rewritten_values_differ_from_the_first() {
+        let r = Records::new(Order::Random, 16, 100, 42, 10).unwrap();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        r.value(3, &mut a);
+        r.value_version(3, 0, &mut b);
+        assert_eq!(a, b);
+        r.value_version(3, 1, &mut b);
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn zipf_is_skewed_towards_low_ranks() {
+        let z = Zipf::new(10_000, Zipf::THETA);
+        let mut rng = Rng::new(5);
+        let mut counts = vec![0u32; 10_000];
+        for _ in 0..200_000 {
+            counts[z.rank(&mut rng) as usize] += 1;
+        }
+        // With θ = 0.99, rank 0 draws about 1/ζ(n) ≈ 10% of the samples and rank r about
+        // 1/(r+1)^θ of that.
+        assert!(counts[0] > 15_000 && counts[0] < 25_000, "{}", counts[0]);
+        assert!(counts[0] > 5 * counts[9]);
+        let top_100: u32 = counts[..100].iter().sum();
+        assert!(top_100 > 100_000, "top 100 ranks drew {top_100}");
+        assert!(counts[5_000..].iter().sum::<u32>() > 0);
+        let mut scattered = std::collections::HashSet::new();
+        for _ in 0..1000 {
+            scattered.insert(z.scattered(&mut rng));
+        }
+        assert!(scattered.iter().all(|&i| i < 10_000));
     }
 
     #[test]

@@ -1,0 +1,215 @@
+//! What the harness reads from outside an engine, so that every engine is measured the same way
+//! whatever it reports about itself (Linux only; elsewhere the readings are absent):
+//! - the process's IO counters (`/proc/self/io`): bytes it caused to be written to storage
+//!   (`write_bytes` less `cancelled_write_bytes`: dirtied page-cache pages are charged when
+//!   dirtied, direct IO when submitted) and bytes read from storage;
+//! - the block device's counters (`/sys/dev/block/M:m/stat`) for the filesystem holding the
+//!   database: completed reads and sectors written, whole-device, so other processes and the
+//!   filesystem's journal show up in them too;
+//! - allocated bytes of a directory tree (st_blocks, so sparse holes do not count);
+//! - peak and current resident memory (`/proc/self/status`);
+//! - dropping the OS page cache of a directory's files (fdatasync, then POSIX_FADV_DONTNEED),
+//!   for cold-cache reads without root.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// `/proc/self/io`, or zeros where there is none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcIo {
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+impl ProcIo {
+    pub fn now() -> ProcIo {
+        let Ok(text) = fs::read_to_string("/proc/self/io") else {
+            return ProcIo::default();
+        };
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        ProcIo {
+            read_bytes: field("read_bytes"),
+            write_bytes: field("write_bytes").saturating_sub(field("cancelled_write_bytes")),
+        }
+    }
+
+    pub fn since(&self, before: &ProcIo) -> ProcIo {
+        ProcIo {
+            read_bytes: self.read_bytes.saturating_sub(before.read_bytes),
+            write_bytes: self.write_bytes.saturating_sub(before.write_bytes),
+        }
+    }
+}
+
+/// A block device's cumulative counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockStat {
+    pub reads: u64,
+    pub bytes_read: u64,
+    pub writes: u64,
+    pub bytes_written: u64,
+}
+
+impl BlockStat {
+    /// The counters of the device holding `path`, if it is a block device Linux reports on.
+    pub fn of(path: &Path) -> Option<BlockStat> {
+        let dev = fs::metadata(path).ok()?.dev();
+        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        let text = fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/stat")).ok()?;
+        let f: Vec<u64> = text
+            .split_whitespace()
+            .map(|w| w.parse().unwrap_or(0))
+            .collect();
+        // Fields: reads, reads merged, sectors read, ms reading, writes, writes merged,
+        // sectors written, ... (Documentation/block/stat.rst); sectors are 512 bytes.
+        (f.len() >= 7).then(|| BlockStat {
+            reads: f[0],
+            bytes_read: f[2] * 512,
+            writes: f[4],
+            bytes_written: f[6] * 512,
+        })
+    }
+
+    pub fn since(&self, before: &BlockStat) -> BlockStat {
+        BlockStat {
+            reads: self.reads.saturating_sub(before.reads),
+            bytes_read: self.bytes_read.saturating_sub(before.bytes_read),
+            writes: self.writes.saturating_sub(before.writes),
+            bytes_written: self.bytes_written.saturating_sub(before.bytes_written),
+        }
+    }
+}
+
+/// Bytes allocated on disk to the files under `dir` (holes do not count).
+pub fn allocated_bytes(dir: &Path) -> u64 {
+    walk(dir, &mut |_, meta| meta.blocks() * 512)
+}
+
+/// Apparent size of the files under `dir`.
+pub fn file_bytes(dir: &Path) -> u64 {
+    walk(dir, &mut |_, meta| meta.len())
+}
+
+/// Sum `f` over the regular files under `dir`.
+fn walk(dir: &Path, f: &mut dyn FnMut(&Path, &fs::Metadata) -> u64) -> u64 {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut total = 0;
+    for e in entries.flatten() {
+        let path = e.path();
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            total += walk(&path, f);
+        } else if meta.is_file() {
+            total += f(&path, &meta);
+        }
+    }
+    total
+}
+
+/// Write back and drop the OS page cache of every file under `dir`, so the next reads of them
+/// go to the device. Best effort: a file that cannot be opened is left as it is.
+pub fn drop_page_cache(dir: &Path) {
+    walk(dir, &mut |path, _| {
+        if let Ok(file) = fs::File::open(path) {
+            use std::os::fd::AsRawFd;
+            let _ = file.sync_data();
+            // SAFETY: a valid open descriptor; fadvise only advises the kernel.
+            unsafe {
+                libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
+            }
+        }
+        0
+    });
+}
+
+/// Resident memory of this process: (peak, current) in bytes.
+pub fn rss() -> (u64, u64) {
+    let Ok(text) = fs::read_to_string("/proc/self/status") else {
+        return (0, 0);
+    };
+    let kib = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |k| k * 1024)
+    };
+    (kib("VmHWM:"), kib("VmRSS:"))
+}
+
+/// Latency samples in nanoseconds, summarised as percentiles.
+#[derive(Default)]
+pub struct Latencies(Vec<u64>);
+
+impl Latencies {
+    pub fn record(&mut self, ns: u64) {
+        self.0.push(ns);
+    }
+
+    /// The q-quantile (0 ≤ q ≤ 1) in microseconds, nearest-rank; 0 with no samples.
+    pub fn quantile_us(&mut self, q: f64) -> f64 {
+        if self.0.is_empty() {
+            return 0.0;
+        }
+        self.0.sort_unstable();
+        let rank = ((q * self.0.len() as f64).ceil() as usize).clamp(1, self.0.len());
+        self.0[rank - 1] as f64 / 1000.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn quantiles_are_nearest_rank() {
+        let mut l = Latencies::default();
+        assert_eq!(l.quantile_us(0.5), 0.0);
+        for ns in (1..=100).rev() {
+            l.record(ns * 1000);
+        }
+        assert_eq!(l.quantile_us(0.5), 50.0);
+        assert_eq!(l.quantile_us(0.99), 99.0);
+        assert_eq!(l.quantile_us(1.0), 100.0);
+    }
+
+    #[test]
+    fn allocated_bytes_count_blocks_not_holes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = fs::File::create(dir.path().join("a")).unwrap();
+        f.write_all(&vec![7u8; 64 << 10]).unwrap();
+        f.sync_all().unwrap();
+        fs::create_dir(dir.path().join("sub")).unwrap();
+        let sparse = fs::File::create(dir.path().join("sub/b")).unwrap();
+        sparse.set_len(1 << 30).unwrap();
+        let allocated = allocated_bytes(dir.path());
+        assert!((64 << 10..(1 << 20)).contains(&allocated), "{allocated}");
+        assert_eq!(file_bytes(dir.path()), (64 << 10) + (1 << 30));
+        drop_page_cache(dir.path());
+    }
+
+    #[test]
+    fn process_counters_see_a_synced_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let before = ProcIo::now();
+        let mut f = fs::File::create(dir.path().join("w")).unwrap();
+        f.write_all(&vec![1u8; 1 << 20]).unwrap();
+        f.sync_all().unwrap();
+        let d = ProcIo::now().since(&before);
+        // Only a filesystem on a block device charges the writer (tmpfs does not).
+        if Path::new("/proc/self/io").exists() && BlockStat::of(dir.path()).is_some() {
+            // Other tests' threads share the process counters, so only a lower bound holds.
+            assert!(d.write_bytes >= 1 << 20, "{d:?}");
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! The adapter every engine in a comparison implements: strata's own trees here, the peers in
+//! `strata-compare`. The harness (`runner`) drives an adapter through a `workload::Spec`; it never
+//! sees the engine behind it, so every engine is measured by the same code.
+//!
+//! An adapter commits each `write` call as one atomic batch, durably when the config asks for
+//! synced commits, using the engine's own documented setting for that (its `settings` says
+//! which). Reads see every committed write.
+
+use std::path::Path;
+
+use strata::{Db, Durability, Options, WriteBatch};
+
+pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
+pub type Result<T> = std::result::Result<T, AnyError>;
+
+/// How the harness configures an engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The cache budget, in bytes (each engine's own notion: block cache, page cache limit, map
+    /// size does not count).
+    pub cache_bytes: u64,
+    /// Commits are durable before `write` returns.
+    pub sync: bool,
+    /// How many records the workload will hold, for engines that size themselves up front.
+    pub expected_records: u64,
+}
+
+/// One write of a batch: a put, or a delete when `value` is `None`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    pub key: Vec<u8>,
+    pub value: Option<Vec<u8>>,
+}
+
+/// An open database.
+pub trait Store {
+    /// Commit the writes as one atomic batch.
+    fn write(&mut self, batch: &[Write]) -> Result<()>;
+    /// Replace `out` with the value of `key`; false when it is absent.
+    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
+    /// Visit up to `limit` records from the first key ≥ `start`, in order; how many there were.
+    fn scan(&mut self, start: &[u8], limit: usize) -> Result<usize>;
+    /// Bytes the engine itself counts as written to its files, where it keeps such a counter
+    /// (strata does); the harness cross-checks it against the process's IO counter.
+    fn engine_bytes_written(&self) -> Option<u64> {
+        None
+    }
+    /// Close cleanly (what a reopen or the end of a run does).
+    fn close(self: Box<Self>) -> Result<()>;
+}
+
+/// An engine the harness can open.
+pub trait Engine: Send + Sync {
+    /// Its name in tables and on the command line.
+    fn name(&self) -> &str;
+    /// The library and version the adapter is built against.
+    fn version(&self) -> String;
+    /// The settings it is opened with, for the report.
+    fn settings(&self, cfg: &Config) -> String;
+    fn open(&self, dir: &Path, cfg: &Config) -> Result<Box<dyn Store>>;
+}
+
+/// strata, with a chosen engine geometry.
+pub struct Strata {
+    name: &'static str,
+    /// The B+-tree's node size; `None` is the Bε-tree.
+    btree_node: Option<usize>,
+}
+
+impl Strata {
+    /// The Bε-tree with its default geometry (tuned from the saved profile when there is one).
+    pub fn betree() -> Strata {
+        Strata {
+            name: "strata-betree",
+            btree_node: None,
+        }
+    }
+
+    /// The B+-tree with 64 KiB nodes.
+    pub fn btree() -> Strata {
+        Strata {
+            name: "strata-btree",
+            btree_node: Some(64 << 10),
+        }
+    }
+
+    fn options(&self, cfg: &Config) -> Options {
+        let durability = if cfg.sync {
+            Durability::Sync
+        } else {
+            Durability::None
+        };
+        let opts = Options::default()
+            .cache_bytes(cfg.cache_bytes as usize)
+            .durability(durability)
+            .expected_keys(cfg.expected_records);
+        match self.btree_node {
+            Some(node) => opts.btree(node),
+            None => opts,
+        }
+    }
+}
+
+/// strata's own engines.
+pub fn strata_engines() -> Vec<Box<dyn Engine>> {
+    vec![Box::new(Strata::betree()), Box::new(Strata::btree())]
+}
+
+impl Engine for Strata {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn version(&self) -> String {
+        format!("strata {}", env!("CARGO_PKG_VERSION"))
+    }
+
+    fn settings(&self, cfg: &Config) -> String {
+        let geometry = match self.btree_node {
+            None => "Bε-tree, geometry from the saved device profile or the default".into(),
+            Some(node) => format!("B+-tree, {} KiB nodes", node >> 10),
+        };
+        let durability = if cfg.sync {
+            "each batch a WAL record, fsync'd before it is acknowledged (group commit)"
+        } else {
+            "WAL record handed to the OS, no fsync"
+        };
+        format!(
+            "{geometry}; cache {} MiB; {durability}",
+            cfg.cache_bytes >> 20
+        )
+    }
+
+    fn open(&self, dir: &Path, cfg: &Config) -> Result<Box<dyn Store>> {
+        Ok(Box::new(StrataStore(Db::open(dir, self.options(cfg))?)))
+    }
+}
+
+struct StrataStore(Db);
+
+impl Store for StrataStore {
+    fn write(&mut self, batch: &[Write]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        for w in batch {
+            match &w.value {
+                Some(v) => b.put(&w.key, v),
+                None => b.delete(&w.key),
+            };
+        }
+        Ok(self.0.write(b)?)
+    }
+
+    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        match self.0.get(key)? {
+            Some(v) => {
+                *out = v;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn scan(&mut self, start: &[u8], limit: usize) -> Result<usize> {
+        let mut n = 0;
+        for item in self.0.range(start..)?.take(limit) {
+            item?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn engine_bytes_written(&self) -> Option<u64> {
+        Some(self.0.metrics().total_io().bytes_written)
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(self.0.close()?)
+    }
+}
