@@ -182,8 +182,11 @@ struct Piece {
 /// Cut sorted entries into basements of at most `target` bytes (at least one entry each,
 /// and one empty basement for no entries): each with the separator before it, `None` for the
 /// first.
-fn cut(keys: Keys, vals: Vec<Val>, target: usize) -> Vec<(Option<Vec<u8>>, Part<Basement>)> {
-    let mut out: Vec<(Option<Vec<u8>>, Part<Basement>)> = Vec::new();
+/// A piece of a re-cut basement: its separator from the previous piece (none for the first).
+type Piece = (Option<Vec<u8>>, Part<Basement>);
+
+fn cut(keys: Keys, vals: Vec<Val>, target: usize) -> Vec<Piece> {
+    let mut out: Vec<Piece> = Vec::new();
     let mut cur = Basement::default();
     let mut sep = None;
     let mut bytes = 4;
@@ -553,6 +556,9 @@ impl BeTree {
     /// Apply messages (oldest first) to a resident leaf. Only the basements the messages fall
     /// in are rebuilt (and re-cut to the basement size); the others are kept as they are.
     fn apply_to_leaf(&mut self, pin: &Pin<Node>, msgs: Vec<Msg>) -> Result<()> {
+        if !msgs.is_empty() && !msgs.iter().any(|m| matches!(m.body, Body::DeleteRange(_))) {
+            return self.apply_points_to_leaf(pin, msgs);
+        }
         let (old_bases, old_pivots) = {
             let mut g = pin.write();
             let l = leaf_mut(&mut g);
@@ -588,43 +594,7 @@ impl BeTree {
                     _ => false,
                 })
                 .collect();
-            let appends = hit.is_empty()
-                && run.first().is_some_and(|m| {
-                    base.get()
-                        .keys
-                        .last()
-                        .is_none_or(|last| last < m.key.as_slice())
-                });
-            let pieces = if run.is_empty() && hit.is_empty() {
-                vec![(None, base)]
-            } else if appends {
-                // Every message lands past the basement's last key: push, and re-cut only when
-                // the basement outgrows its size (amortised O(1) per sequential insert).
-                let (mut b, mut bytes) = (base.data.expect("dirty nodes are resident"), base.bytes);
-                let mut run = run.into_iter().peekable();
-                while let Some(first) = run.next() {
-                    let key = first.key.clone();
-                    let mut events = vec![first];
-                    while run.peek().is_some_and(|m| m.key == key) {
-                        events.push(run.next().expect("peeked"));
-                    }
-                    if let Some(v) = self.settle_key(&key, None, events, Vec::new())? {
-                        bytes += entry_len(&key, &v);
-                        b.keys.push(key);
-                        b.vals.push(v);
-                    }
-                }
-                if bytes > self.geo.basement {
-                    cut(b.keys, b.vals, self.geo.basement)
-                } else {
-                    let count = b.keys.len() as u32;
-                    vec![(None, Part::new(b, count, bytes))]
-                }
-            } else {
-                let b = base.data.expect("dirty nodes are resident");
-                let (keys, vals) = self.apply_to_basement(b, run, &hit)?;
-                cut(keys, vals, self.geo.basement)
-            };
+            let pieces = self.basement_pieces(base, run, &hit)?;
             for (sep, part) in pieces {
                 if part.count == 0 && !(out.bases.is_empty() && i == n - 1) {
                     // An emptied basement disappears (the leaf keeps at least one).
@@ -645,6 +615,110 @@ impl BeTree {
         *leaf_mut(&mut pin.write()) = out;
         self.store.mark_dirty(pin);
         Ok(())
+    }
+
+    /// Point messages only: rebuild just the basements they land in and splice the pieces in
+    /// place, so that applying a few messages to a leaf of many basements (a root that is still
+    /// a leaf takes every write this way) costs O(touched), not O(basements).
+    fn apply_points_to_leaf(&mut self, pin: &Pin<Node>, mut msgs: Vec<Msg>) -> Result<()> {
+        msgs.sort_by(|a, b| (&a.key, a.seq).cmp(&(&b.key, b.seq)));
+        // (basement index, its run, the basement taken out), in ascending index order.
+        let mut touched: Vec<(usize, Vec<Msg>, Part<Basement>)> = Vec::new();
+        {
+            let mut g = pin.write();
+            let l = leaf_mut(&mut g);
+            for m in msgs {
+                let b = l.pivots.rank(&m.key, true);
+                match touched.last_mut() {
+                    Some((i, run, _)) if *i == b => run.push(m),
+                    _ => touched.push((b, vec![m], Part::new(Basement::default(), 0, 4))),
+                }
+            }
+            for (i, _, base) in &mut touched {
+                std::mem::swap(base, &mut l.bases[*i]);
+            }
+        }
+        let mut rebuilt = Vec::with_capacity(touched.len());
+        for (i, run, base) in touched {
+            rebuilt.push((i, self.basement_pieces(base, run, &[])?));
+        }
+        {
+            let mut g = pin.write();
+            let l = leaf_mut(&mut g);
+            // From the right, so that splicing never moves an index still to be visited.
+            for (i, pieces) in rebuilt.into_iter().rev() {
+                let mut kept = pieces.into_iter().filter(|(_, p)| p.count > 0);
+                match kept.next() {
+                    Some((_, first)) => {
+                        l.bases[i] = first;
+                        for (j, (sep, part)) in kept.enumerate() {
+                            l.pivots
+                                .insert(i + j, sep.expect("later pieces have separators"));
+                            l.bases.insert(i + j + 1, part);
+                        }
+                    }
+                    // An emptied basement disappears with one of its fences (the leaf keeps
+                    // at least one basement).
+                    None if l.bases.len() > 1 => {
+                        l.bases.remove(i);
+                        l.pivots.remove(i.saturating_sub(1));
+                    }
+                    None => l.bases[i] = Part::new(Basement::default(), 0, 4),
+                }
+            }
+            merge_small_basements(l, self.geo.basement);
+        }
+        self.store.mark_dirty(pin);
+        Ok(())
+    }
+
+    /// A basement after its point messages (`run`, sorted by key then seq) and the range
+    /// deletes that reach it (`hit`), cut into pieces of the basement size; the first piece has
+    /// no separator, each later one the separator from its predecessor. One piece with no
+    /// entries means the basement emptied.
+    fn basement_pieces(
+        &mut self,
+        base: Part<Basement>,
+        run: Vec<Msg>,
+        hit: &[&Msg],
+    ) -> Result<Vec<Piece>> {
+        let appends = hit.is_empty()
+            && run.first().is_some_and(|m| {
+                base.get()
+                    .keys
+                    .last()
+                    .is_none_or(|last| last < m.key.as_slice())
+            });
+        Ok(if run.is_empty() && hit.is_empty() {
+            vec![(None, base)]
+        } else if appends {
+            // Every message lands past the basement's last key: push, and re-cut only when
+            // the basement outgrows its size (amortised O(1) per sequential insert).
+            let (mut b, mut bytes) = (base.data.expect("dirty nodes are resident"), base.bytes);
+            let mut run = run.into_iter().peekable();
+            while let Some(first) = run.next() {
+                let key = first.key.clone();
+                let mut events = vec![first];
+                while run.peek().is_some_and(|m| m.key == key) {
+                    events.push(run.next().expect("peeked"));
+                }
+                if let Some(v) = self.settle_key(&key, None, events, Vec::new())? {
+                    bytes += entry_len(&key, &v);
+                    b.keys.push(key);
+                    b.vals.push(v);
+                }
+            }
+            if bytes > self.geo.basement {
+                cut(b.keys, b.vals, self.geo.basement)
+            } else {
+                let count = b.keys.len() as u32;
+                vec![(None, Part::new(b, count, bytes))]
+            }
+        } else {
+            let b = base.data.expect("dirty nodes are resident");
+            let (keys, vals) = self.apply_to_basement(b, run, hit)?;
+            cut(keys, vals, self.geo.basement)
+        })
     }
 
     /// One basement's entries after its point messages (sorted by key, then seq) and the range
