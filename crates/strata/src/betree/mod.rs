@@ -183,10 +183,10 @@ struct Piece {
 /// and one empty basement for no entries): each with the separator before it, `None` for the
 /// first.
 /// A piece of a re-cut basement: its separator from the previous piece (none for the first).
-type Piece = (Option<Vec<u8>>, Part<Basement>);
+type CutPiece = (Option<Vec<u8>>, Part<Basement>);
 
-fn cut(keys: Keys, vals: Vec<Val>, target: usize) -> Vec<Piece> {
-    let mut out: Vec<Piece> = Vec::new();
+fn cut(keys: Keys, vals: Vec<Val>, target: usize) -> Vec<CutPiece> {
+    let mut out: Vec<CutPiece> = Vec::new();
     let mut cur = Basement::default();
     let mut sep = None;
     let mut bytes = 4;
@@ -681,7 +681,7 @@ impl BeTree {
         base: Part<Basement>,
         run: Vec<Msg>,
         hit: &[&Msg],
-    ) -> Result<Vec<Piece>> {
+    ) -> Result<Vec<CutPiece>> {
         let appends = hit.is_empty()
             && run.first().is_some_and(|m| {
                 base.get()
