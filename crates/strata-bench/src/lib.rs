@@ -6,9 +6,13 @@
 //! - Experiments: `seed001` (simulated disk, exact IO counts), `sweep` (node sizes on the real
 //!   disk); each returns a report that the CLI prints as a table or JSON.
 
+pub mod chart;
 pub mod gen;
 pub mod measure;
+pub mod page;
+pub mod rum;
 pub mod runner;
 pub mod seed001;
 pub mod store;
+pub mod sweep;
 pub mod workload;

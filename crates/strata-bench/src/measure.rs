@@ -1,8 +1,11 @@
 //! What the harness reads from outside an engine, so that every engine is measured the same way
 //! whatever it reports about itself (Linux only; elsewhere the readings are absent):
-//! - the process's IO counters (`/proc/self/io`): bytes it caused to be written to storage
-//!   (`write_bytes` less `cancelled_write_bytes`: dirtied page-cache pages are charged when
-//!   dirtied, direct IO when submitted) and bytes read from storage;
+//! - the process's IO counters (`/proc/self/io`): bytes it handed to write system calls
+//!   (`wchar`), bytes the kernel charged it for writing to storage (`write_bytes` less
+//!   `cancelled_write_bytes`), and bytes read from storage. `wchar` is the write-amplification
+//!   numerator: the storage charge is made per page-cache folio dirtied, and with the large
+//!   folios of recent kernels a 4 KiB rewrite of a file first written sequentially is charged
+//!   for the whole folio (32× was seen here), which would inflate engines that rewrite pages;
 //! - the block device's counters (`/sys/dev/block/M:m/stat`) for the filesystem holding the
 //!   database: completed reads and sectors written, whole-device, so other processes and the
 //!   filesystem's journal show up in them too;
@@ -20,6 +23,8 @@ use std::path::Path;
 pub struct ProcIo {
     pub read_bytes: u64,
     pub write_bytes: u64,
+    /// Bytes passed to write(2), pwrite(2) and the like, whatever the page cache makes of them.
+    pub wchar: u64,
 }
 
 impl ProcIo {
@@ -36,6 +41,7 @@ impl ProcIo {
         ProcIo {
             read_bytes: field("read_bytes"),
             write_bytes: field("write_bytes").saturating_sub(field("cancelled_write_bytes")),
+            wchar: field("wchar"),
         }
     }
 
@@ -43,6 +49,7 @@ impl ProcIo {
         ProcIo {
             read_bytes: self.read_bytes.saturating_sub(before.read_bytes),
             write_bytes: self.write_bytes.saturating_sub(before.write_bytes),
+            wchar: self.wchar.saturating_sub(before.wchar),
         }
     }
 }
@@ -210,6 +217,7 @@ mod tests {
         if Path::new("/proc/self/io").exists() && BlockStat::of(dir.path()).is_some() {
             // Other tests' threads share the process counters, so only a lower bound holds.
             assert!(d.write_bytes >= 1 << 20, "{d:?}");
+            assert!(d.wchar >= 1 << 20, "{d:?}");
         }
     }
 }

@@ -17,6 +17,10 @@ pub enum Experiment {
     /// 8-byte pairs, 4 KiB nodes, a cache of 8 nodes, data from 32 KiB to 32 MiB; sequential
     /// and random inserts and searches and one full range search, on a simulated disk.
     Seed001(Seed001Args),
+    Sweep(crate::sweep::SweepArgs),
+    Rum(crate::compare::RumArgs),
+    #[command(hide = true)]
+    Worker(crate::compare::WorkerArgs),
 }
 
 #[derive(Args)]
@@ -35,6 +39,9 @@ pub struct Seed001Args {
 pub fn run(e: Experiment) -> Result<ExitCode, Failure> {
     match e {
         Experiment::Seed001(a) => seed001_cmd(a),
+        Experiment::Sweep(a) => crate::sweep::run(a),
+        Experiment::Rum(a) => crate::compare::rum_cmd(a),
+        Experiment::Worker(a) => crate::compare::worker(a),
     }
 }
 
@@ -62,24 +69,33 @@ fn seed001_cmd(a: Seed001Args) -> Result<ExitCode, Failure> {
     if a.json {
         return print_json(&report).map(|_| ExitCode::SUCCESS);
     }
-    let mut out = std::io::stdout().lock();
-    writeln!(
+    std::io::stdout()
+        .lock()
+        .write_all(render_seed001(&report).as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Seed 001's report as text tables.
+pub fn render_seed001(report: &seed001::Report) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
         out,
         "seed 001: 8-byte pairs, {} nodes, cache of {} nodes ({} as strata charges it), Bε-tree fanout {}",
         human(report.node_bytes as u64),
         report.config.cache_nodes,
         human(report.cache_bytes as u64),
         report.betree_fanout
-    )?;
-    writeln!(
+    );
+    let _ = writeln!(
         out,
         "IOs are 4 KiB block transfers of the data file on a simulated disk.\n"
-    )?;
-    writeln!(
+    );
+    let _ = writeln!(
         out,
         "{:>9} {:>8} {:<7} {:<18} {:>12} {:>12} {:>7}",
         "data", "pairs", "engine", "operation", "measured", "predicted", "m/p"
-    )?;
+    );
     for r in &report.rows {
         let (p, ratio) = match r.predicted_ios {
             Some(p) => (
@@ -88,7 +104,7 @@ fn seed001_cmd(a: Seed001Args) -> Result<ExitCode, Failure> {
             ),
             None => ("-".into(), "-".into()),
         };
-        writeln!(
+        let _ = writeln!(
             out,
             "{:>9} {:>8} {:<7} {:<18} {:>12} {:>12} {:>7}",
             human(r.data_bytes),
@@ -98,20 +114,20 @@ fn seed001_cmd(a: Seed001Args) -> Result<ExitCode, Failure> {
             r.measured_ios,
             p,
             ratio
-        )?;
+        );
     }
-    writeln!(
+    let _ = writeln!(
         out,
         "\n{:>9}  {:>22}  {:>22}",
         "data", "random insert B+/Bε", "random search Bε/B+"
-    )?;
-    writeln!(
+    );
+    let _ = writeln!(
         out,
         "{:>9}  {:>10} {:>11}  {:>10} {:>11}",
         "", "measured", "predicted", "measured", "predicted"
-    )?;
+    );
     for (size, [im, ip, sm, sp]) in report.ratios() {
-        writeln!(
+        let _ = writeln!(
             out,
             "{:>9}  {:>10} {:>11}  {:>10} {:>11}",
             human(size),
@@ -119,8 +135,8 @@ fn seed001_cmd(a: Seed001Args) -> Result<ExitCode, Failure> {
             fmt_ratio(ip),
             fmt_ratio(sm),
             fmt_ratio(sp)
-        )?;
+        );
     }
-    writeln!(out, "\nSeed 001 reports random inserts needing ~29.5x fewer IOs than its B+-tree (predicted 11x) and searches 1.91x more (predicted 2x).")?;
-    Ok(ExitCode::SUCCESS)
+    let _ = writeln!(out, "\nSeed 001 reports random inserts needing ~29.5x fewer IOs than its B+-tree (predicted 11x) and searches 1.91x more (predicted 2x).");
+    out
 }

@@ -2,12 +2,15 @@
 //! command, and how failures become messages and exit codes.
 
 mod bench;
+mod compare;
 mod inspect;
+mod job;
 mod kv;
 mod load;
 mod profile;
 mod report;
 mod sizes;
+mod sweep;
 mod tune;
 
 use std::io;
@@ -45,6 +48,7 @@ enum Command {
     Tune(tune::TuneArgs),
     #[command(subcommand)]
     Bench(bench::Experiment),
+    Report(job::ReportArgs),
 }
 
 /// Why a command failed; each kind has its exit code.
@@ -117,6 +121,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Load(a) => load::run(a),
         Command::Bench(e) => bench::run(e),
+        Command::Report(a) => job::run(a),
         Command::Put(a) => kv::put(a),
         Command::Get(a) => kv::get(a),
         Command::Delete(a) => kv::delete(a),

@@ -1,0 +1,296 @@
+//! Seed 004's Table 4.1 on every engine: the read, write and mixed throughput and the write and
+//! space amplification of one workload (`Spec::rum`), plus section 4.4's claim that write
+//! amplification depends on scale (`scale_spec` at several record counts).
+//!
+//! This module turns runs into rows: ops/s is the median over repeated runs of an engine, the
+//! amplifications come from the first run (they are counts, not times). WA is the bytes the
+//! process handed to write calls (`/proc/self/io` wchar) during the load and the warm reads that
+//! follow it, over the logical bytes loaded: an LSM-tree is still compacting when the load
+//! returns, and that work belongs to the load. For strata the engine's own counter is shown
+//! beside it as a cross-check. SA is the bytes allocated under the database directory after the
+//! load over the live logical bytes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::runner::{PhaseResult, RunResult};
+use crate::workload::{Phase, Spec};
+
+/// A load-only spec of `records`, for write and space amplification at scale.
+pub fn scale_spec(records: u64) -> Spec {
+    Spec {
+        name: "rum-scale".into(),
+        phases: vec![Phase::Load],
+        ..Spec::rum(records)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    pub engine: String,
+    pub version: String,
+    pub settings: String,
+    pub runs: usize,
+    pub write_ops: f64,
+    pub read_ops: f64,
+    pub mixed_ops: f64,
+    pub cold_read_ops: f64,
+    /// Device reads per cold point read (whole-device counter), where known.
+    pub cold_device_reads_per_op: Option<f64>,
+    pub write_amplification: f64,
+    /// strata's own count of bytes written over the logical bytes, beside the process's.
+    pub engine_write_amplification: Option<f64>,
+    pub space_amplification: f64,
+    pub peak_rss_bytes: u64,
+    /// Reads that found nothing or a wrong value, over all runs and phases (must be 0).
+    pub wrong_reads: u64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// One engine's row from its runs (all of the same spec).
+pub fn row(runs: &[RunResult]) -> Row {
+    let Some(first) = runs.first() else {
+        return Row::default();
+    };
+    let ops = |label: &str| {
+        median(
+            runs.iter()
+                .filter_map(|r| r.phase(label))
+                .map(|p| p.ops_per_sec)
+                .collect(),
+        )
+    };
+    let load = first.phase("load").cloned().unwrap_or_default();
+    let cold = first.phase("reads-cold");
+    // The load's writes, and the background writes that trail into the read-only phases next.
+    let trailing: u64 = first
+        .phases
+        .iter()
+        .skip_while(|p| p.phase != "load")
+        .skip(1)
+        .take_while(|p| {
+            p.logical_bytes_written == 0 && p.phase != "reopen" && p.phase != "reads-cold"
+        })
+        .map(|p| p.process_bytes_written)
+        .sum();
+    Row {
+        engine: first.engine.clone(),
+        version: first.version.clone(),
+        settings: first.settings.clone(),
+        runs: runs.len(),
+        write_ops: ops("load"),
+        read_ops: ops("reads"),
+        mixed_ops: ops("mixed"),
+        cold_read_ops: ops("reads-cold"),
+        cold_device_reads_per_op: cold.and_then(PhaseResult::device_reads_per_op),
+        write_amplification: (load.process_bytes_written + trailing) as f64
+            / load.logical_bytes_written.max(1) as f64,
+        engine_write_amplification: load
+            .engine_bytes_written
+            .map(|b| b as f64 / load.logical_bytes_written.max(1) as f64),
+        space_amplification: load.space_amplification(),
+        peak_rss_bytes: runs.iter().map(|r| r.peak_rss_bytes).max().unwrap_or(0),
+        wrong_reads: runs
+            .iter()
+            .flat_map(|r| &r.phases)
+            .map(|p| p.wrong_reads)
+            .sum(),
+    }
+}
+
+/// Write and space amplification of one engine at one scale.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScalePoint {
+    pub engine: String,
+    pub records: u64,
+    pub write_amplification: f64,
+    pub space_amplification: f64,
+    pub write_ops: f64,
+}
+
+pub fn scale_point(run: &RunResult) -> ScalePoint {
+    let load = run.phase("load").cloned().unwrap_or_default();
+    ScalePoint {
+        engine: run.engine.clone(),
+        records: run.spec.records,
+        write_amplification: load.write_amplification(),
+        space_amplification: load.space_amplification(),
+        write_ops: load.ops_per_sec,
+    }
+}
+
+/// Thousands as "412K", millions as "1.15M".
+pub fn ops(v: f64) -> String {
+    match v {
+        v if v <= 0.0 => "-".into(),
+        v if v >= 1e6 => format!("{:.2}M", v / 1e6),
+        v if v >= 1e3 => format!("{:.0}K", v / 1e3),
+        v => format!("{v:.0}"),
+    }
+}
+
+/// The rows as a Markdown table.
+pub fn markdown(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "| engine | write ops/s | read ops/s | mixed ops/s | cold read ops/s | device reads per cold read | WA | SA | peak RSS |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        let wa = match r.engine_write_amplification {
+            Some(own) => format!("{:.2}× (own count {own:.2}×)", r.write_amplification),
+            None => format!("{:.2}×", r.write_amplification),
+        };
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {wa} | {:.2}× | {} MiB |\n",
+            r.engine,
+            ops(r.write_ops),
+            ops(r.read_ops),
+            ops(r.mixed_ops),
+            ops(r.cold_read_ops),
+            r.cold_device_reads_per_op
+                .map_or_else(|| "-".into(), |v| format!("{v:.2}")),
+            r.space_amplification,
+            r.peak_rss_bytes >> 20,
+        ));
+    }
+    s
+}
+
+/// Scale points as a Markdown table: one row per engine, WA and SA per record count.
+pub fn scale_markdown(points: &[ScalePoint]) -> String {
+    let mut scales: Vec<u64> = points.iter().map(|p| p.records).collect();
+    scales.sort_unstable();
+    scales.dedup();
+    let mut engines: Vec<&str> = Vec::new();
+    for p in points {
+        if !engines.contains(&p.engine.as_str()) {
+            engines.push(&p.engine);
+        }
+    }
+    let mut s = String::from("| engine |");
+    for n in &scales {
+        s.push_str(&format!(" WA at {} | SA at {} |", count(*n), count(*n)));
+    }
+    s.push_str("\n|---|");
+    s.push_str(&"---|---|".repeat(scales.len()));
+    s.push('\n');
+    for e in engines {
+        s.push_str(&format!("| {e} |"));
+        for n in &scales {
+            match points.iter().find(|p| p.engine == e && p.records == *n) {
+                Some(p) => s.push_str(&format!(
+                    " {:.2}× | {:.2}× |",
+                    p.write_amplification, p.space_amplification
+                )),
+                None => s.push_str(" - | - |"),
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// A record count as "100K", "1M", "10M".
+pub fn count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
+        n if n >= 1_000 && n % 1_000 == 0 => format!("{}K", n / 1_000),
+        n => n.to_string(),
+    }
+}
+
+/// What was measured on this machine before strata's harness existed (issue 5, 1M keys,
+/// batches of 1,000, synced, two runs each: ranges of ops/s), for the report to show beside
+/// the harness's own figures.
+pub const REFERENCE: &str = "\
+| engine | write ops/s | read ops/s | mixed ops/s | WA | SA |
+|---|---|---|---|---|---|
+| Pebble | 415–432K | 93–102K | 61–76K | 4.7× | 1.24× |
+| RocksDB | 347–399K | 113–129K | 139–157K | 2.1× | 1.06× |
+| fjall | 301–356K | 150–184K | 199–222K | 2.06× | 1.11× |
+| LMDB (heed) | 53–56K | 875–891K | 60–65K | 42× | 1.73× |
+| redb | 40–44K | 709–746K | 54–56K | 43× | 1.60× |
+| bbolt | 39–45K | 621–691K | 51–55K | 44× | 1.75× |
+";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::PhaseResult;
+
+    fn phase(label: &str, ops_per_sec: f64) -> PhaseResult {
+        PhaseResult {
+            phase: label.into(),
+            ops: 1000,
+            secs: 1000.0 / ops_per_sec,
+            ops_per_sec,
+            ..PhaseResult::default()
+        }
+    }
+
+    fn run(write: f64, read: f64) -> RunResult {
+        let mut load = phase("load", write);
+        load.logical_bytes_written = 116_000;
+        load.process_bytes_written = 232_000;
+        load.engine_bytes_written = Some(348_000);
+        load.disk_bytes = 145_000;
+        load.live_bytes = 116_000;
+        // Compaction trailing into the reads counts towards the load's WA.
+        let mut reads = phase("reads", read);
+        reads.process_bytes_written = 116_000;
+        let mut cold = phase("reads-cold", 10.0);
+        cold.device_reads = Some(1500);
+        RunResult {
+            engine: "e".into(),
+            version: "e 1".into(),
+            settings: "s".into(),
+            spec: Spec::rum(1000),
+            phases: vec![load, reads, phase("mixed", 5.0), cold],
+            peak_rss_bytes: 3 << 20,
+            rss_bytes: 1 << 20,
+            secs: 1.0,
+        }
+    }
+
+    #[test]
+    fn rows_take_median_throughput_and_first_run_amplification() {
+        let r = row(&[run(100.0, 7.0), run(300.0, 9.0), run(200.0, 8.0)]);
+        assert_eq!((r.write_ops, r.read_ops, r.runs), (200.0, 8.0, 3));
+        assert_eq!(r.write_amplification, 3.0);
+        assert_eq!(r.engine_write_amplification, Some(3.0));
+        assert_eq!(r.space_amplification, 1.25);
+        assert_eq!(r.cold_device_reads_per_op, Some(1.5));
+        assert_eq!(median(vec![4.0, 1.0]), 2.5);
+        let md = markdown(&[r]);
+        assert!(
+            md.contains(
+                "| e | 200 | 8 | 5 | 10 | 1.50 | 3.00× (own count 3.00×) | 1.25× | 3 MiB |"
+            ),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn scale_table_has_a_column_pair_per_scale() {
+        let mut a = run(1.0, 1.0);
+        a.spec.records = 100_000;
+        let mut b = run(1.0, 1.0);
+        b.spec.records = 1_000_000;
+        let md = scale_markdown(&[scale_point(&a), scale_point(&b)]);
+        assert!(
+            md.starts_with("| engine | WA at 100K | SA at 100K | WA at 1M | SA at 1M |"),
+            "{md}"
+        );
+        assert!(md.contains("| e | 2.00× | 1.25× | 2.00× | 1.25× |"), "{md}");
+    }
+}

@@ -1,0 +1,155 @@
+//! `strata bench rum` and `strata report` end to end, on tiny workloads in temporary
+//! directories: every engine runs in its own worker process and reads back what it loaded, and
+//! the report has every section.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn strata(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .output()
+        .expect("run strata")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = strata(args);
+    assert!(
+        out.status.success(),
+        "strata {args:?} failed with {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The engines the default build has (no Go: the Go driver has its own test).
+const ENGINES: &str = "strata-betree,strata-btree,redb,lmdb,fjall";
+
+#[test]
+fn rum_runs_every_engine_in_its_own_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = dir.path().join("scratch");
+    let svg = dir.path().join("rum.svg");
+    let out = ok(&[
+        "bench",
+        "rum",
+        "--records",
+        "3000",
+        "--scale",
+        "2000",
+        "--engines",
+        ENGINES,
+        "--cache",
+        "8MiB",
+        "--dir",
+        scratch.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["engine"].as_str().unwrap()).collect();
+    assert_eq!(names, ENGINES.split(',').collect::<Vec<_>>());
+    for r in rows {
+        assert_eq!(r["wrong_reads"], 0, "{r}");
+        for field in [
+            "write_ops",
+            "read_ops",
+            "mixed_ops",
+            "cold_read_ops",
+            "space_amplification",
+        ] {
+            assert!(r[field].as_f64().unwrap() > 0.0, "{field} of {r}");
+        }
+        // Every engine writes at least its data once.
+        assert!(r["write_amplification"].as_f64().unwrap() >= 1.0, "{r}");
+        assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0, "{r}");
+    }
+    let strata_row = &rows[0];
+    assert!(strata_row["engine_write_amplification"].as_f64().unwrap() >= 1.0);
+    let scale = v["scale"].as_array().unwrap();
+    assert_eq!(scale.len(), 5);
+    assert!(scale.iter().all(|p| p["records"] == 2000));
+    assert!(std::fs::read_to_string(&svg)
+        .unwrap()
+        .contains("strata-betree"));
+    assert!(!scratch.exists(), "scratch databases are removed");
+    assert_eq!(v["spec"]["records"], 3000);
+}
+
+#[test]
+fn an_unknown_engine_is_a_clear_error() {
+    let out = strata(&["bench", "rum", "--records", "10", "--engines", "nosuch"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no engine \"nosuch\"") && err.contains("strata-betree"),
+        "{err}"
+    );
+}
+
+#[test]
+fn report_quick_writes_every_section() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report");
+    ok(&[
+        "report",
+        "--quick",
+        "--out",
+        out.to_str().unwrap(),
+        "--dir",
+        dir.path().join("scratch").to_str().unwrap(),
+        "--sim",
+        "samsung-860-pro",
+        "--records",
+        "2000",
+        "--engines",
+        "strata-betree,strata-btree,redb",
+        "--seed001-max",
+        "64KiB",
+        "--sweep-records",
+        "3000",
+    ]);
+    let html = std::fs::read_to_string(out.join("index.html")).unwrap();
+    let md = std::fs::read_to_string(out.join("index.md")).unwrap();
+    for section in [
+        "Device profile",
+        "Tuning",
+        "Seed 001",
+        "Seed 004",
+        "Node-size sweep",
+    ] {
+        assert!(
+            html.contains(&format!("<h2>{section}")),
+            "HTML lacks {section}"
+        );
+        assert!(
+            md.contains(&format!("## {section}")),
+            "Markdown lacks {section}"
+        );
+    }
+    // The figures are inline in the HTML and files beside the Markdown.
+    assert!(html.matches("<svg").count() >= 3);
+    for file in [
+        "profile.svg",
+        "rum.svg",
+        "sweep.svg",
+        "profile.json",
+        "rum.json",
+        "seed001.json",
+        "sweep.json",
+        "tune.json",
+    ] {
+        assert!(out.join(file).exists(), "{file} missing");
+    }
+    let rum: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("rum.json")).unwrap()).unwrap();
+    assert_eq!(rum["rows"].as_array().unwrap().len(), 3);
+    assert!(
+        !dir.path().join("scratch").exists(),
+        "the scratch directory is removed"
+    );
+}

@@ -1,0 +1,112 @@
+//! redb: a copy-on-write B-tree in one file, pure Rust.
+//!
+//! One table of `&[u8] → &[u8]` in `DIR/data.redb`. Each `write` is one write transaction,
+//! committed with redb's default `Durability::Immediate` (the commit returns once the data and
+//! the new root are fsync'd) or `Durability::None` when the config asks for no syncs. Reads and
+//! scans each run in their own read transaction, so they see every committed write.
+
+use std::hint::black_box;
+use std::path::Path;
+
+use ::redb::{Builder, Database, Durability, ReadableDatabase, TableDefinition};
+use strata_bench::store::{Config, Engine, Result, Store, Write};
+
+const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
+
+/// The redb adapter ("redb").
+pub struct Redb;
+
+impl Engine for Redb {
+    fn name(&self) -> &str {
+        "redb"
+    }
+
+    fn version(&self) -> String {
+        format!("redb {}", env!("STRATA_COMPARE_REDB"))
+    }
+
+    fn settings(&self, cfg: &Config) -> String {
+        let durability = if cfg.sync {
+            "each batch one write transaction, Durability::Immediate (redb's default: fsync \
+             before commit returns)"
+        } else {
+            "each batch one write transaction, Durability::None (no fsync)"
+        };
+        format!(
+            "one table &[u8]→&[u8]; {durability}; cache {} MiB (Builder::set_cache_size), plus \
+             the OS page cache; 4 KiB pages; no compression (redb has none); other settings \
+             default",
+            cfg.cache_bytes >> 20
+        )
+    }
+
+    fn open(&self, dir: &Path, cfg: &Config) -> Result<Box<dyn Store>> {
+        let db = Builder::new()
+            .set_cache_size(cfg.cache_bytes as usize)
+            .create(dir.join("data.redb"))?;
+        // Create the table (durably) so that read transactions always find it.
+        let tx = db.begin_write()?;
+        tx.open_table(TABLE)?;
+        tx.commit()?;
+        Ok(Box::new(RedbStore { db, sync: cfg.sync }))
+    }
+}
+
+struct RedbStore {
+    db: Database,
+    sync: bool,
+}
+
+impl Store for RedbStore {
+    fn write(&mut self, batch: &[Write]) -> Result<()> {
+        let mut tx = self.db.begin_write()?;
+        if !self.sync {
+            tx.set_durability(Durability::None)?;
+        }
+        {
+            let mut table = tx.open_table(TABLE)?;
+            for w in batch {
+                match &w.value {
+                    Some(v) => {
+                        table.insert(w.key.as_slice(), v.as_slice())?;
+                    }
+                    None => {
+                        table.remove(w.key.as_slice())?;
+                    }
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(TABLE)?;
+        match table.get(key)? {
+            Some(v) => {
+                out.clear();
+                out.extend_from_slice(v.value());
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn scan(&mut self, start: &[u8], limit: usize) -> Result<usize> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(TABLE)?;
+        let mut n = 0;
+        for item in table.range(start..)?.take(limit) {
+            let (k, v) = item?;
+            black_box((k.value().len(), v.value().len()));
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn close(self: Box<Self>) -> Result<()> {
+        self.db.close()?;
+        Ok(())
+    }
+}
