@@ -256,7 +256,7 @@ pub fn run_plan(plan: RumPlan, quiet: bool) -> Result<RumOutcome, Failure> {
         }
     }
     let mut scale_runs = Vec::new();
-    for &records in &plan.scales {
+    for &records in plan.scales.iter().filter(|&&n| n != plan.spec.records) {
         let mut spec = rum::scale_spec(records);
         spec.cache_bytes = plan.spec.cache_bytes;
         for engine in &plan.engines {
@@ -283,7 +283,13 @@ pub fn run_plan(plan: RumPlan, quiet: bool) -> Result<RumOutcome, Failure> {
     Ok(RumOutcome {
         spec: plan.spec,
         rows,
-        scale: scale_runs.iter().map(rum::scale_point).collect(),
+        // The main runs' loads are points of the scale table too.
+        scale: by_engine
+            .iter()
+            .filter_map(|runs| runs.first())
+            .chain(&scale_runs)
+            .map(rum::scale_point)
+            .collect(),
         notes,
         runs: by_engine.into_iter().flatten().collect(),
         scale_runs,
@@ -308,8 +314,8 @@ pub struct RumArgs {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u64).range(1..))]
     runs: u64,
-    /// Record counts for the WA/SA-by-scale table, comma-separated (none: --scale "")
-    #[arg(long, value_delimiter = ',', default_value = "100000,1000000,10000000")]
+    /// Further record counts for the WA/SA-by-scale table, beside --records (none: --scale "")
+    #[arg(long, value_delimiter = ',', default_value = "100000,10000000")]
     scale: Vec<String>,
     /// Cache budget per engine
     #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = parse_size)]
