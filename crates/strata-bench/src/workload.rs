@@ -240,6 +240,55 @@ impl Spec {
         })
     }
 
+    /// A small spec with every kind of phase, for tests of engines and drivers: `records`
+    /// loaded in batches of 100, warm reads, a mix of every operation, a reopen, cold reads,
+    /// scans, deletes of a third, and reads of what is left.
+    pub fn every_phase(records: u64) -> Spec {
+        Spec {
+            name: "every-phase".into(),
+            batch: 100,
+            cache_bytes: 4 << 20,
+            phases: vec![
+                Phase::Load,
+                Phase::Reads {
+                    ops: records * 2 / 3,
+                    dist: Dist::Uniform,
+                    cold: false,
+                },
+                Phase::Mixed {
+                    ops: records * 2 / 3,
+                    mix: Mix {
+                        read: 40,
+                        update: 20,
+                        insert: 10,
+                        scan: 10,
+                        read_modify_write: 20,
+                    },
+                    dist: Dist::Zipfian,
+                    scan_len: 20,
+                },
+                Phase::Reopen,
+                Phase::Reads {
+                    ops: records / 6,
+                    dist: Dist::Latest,
+                    cold: true,
+                },
+                Phase::Scans {
+                    ops: records / 30,
+                    len: 50,
+                    dist: Dist::Uniform,
+                },
+                Phase::Deletes { ops: records / 3 },
+                Phase::Reads {
+                    ops: records / 3,
+                    dist: Dist::Uniform,
+                    cold: false,
+                },
+            ],
+            ..Spec::rum(records)
+        }
+    }
+
     /// Refuse specs that cannot run: no records, empty batches, mixes that do not sum to 100,
     /// key sizes that cannot hold distinct keys.
     pub fn validate(&self) -> Result<(), String> {

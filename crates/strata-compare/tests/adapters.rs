@@ -6,53 +6,13 @@ use std::path::Path;
 
 use strata_bench::runner::{self, RunResult};
 use strata_bench::store::{strata_engines, Config, Engine, Store, Write};
-use strata_bench::workload::{Dist, Mix, Phase, Spec};
+use strata_bench::workload::Spec;
 
 /// Key and value bytes of one record in the spec below.
 const RECORD: u64 = 16 + 100;
 
 fn small_spec() -> Spec {
-    let mut s = Spec::rum(3000);
-    s.batch = 100;
-    s.cache_bytes = 4 << 20;
-    s.phases = vec![
-        Phase::Load,
-        Phase::Reads {
-            ops: 2000,
-            dist: Dist::Uniform,
-            cold: false,
-        },
-        Phase::Mixed {
-            ops: 2000,
-            mix: Mix {
-                read: 40,
-                update: 20,
-                insert: 10,
-                scan: 10,
-                read_modify_write: 20,
-            },
-            dist: Dist::Zipfian,
-            scan_len: 20,
-        },
-        Phase::Reopen,
-        Phase::Reads {
-            ops: 500,
-            dist: Dist::Latest,
-            cold: true,
-        },
-        Phase::Scans {
-            ops: 100,
-            len: 50,
-            dist: Dist::Uniform,
-        },
-        Phase::Deletes { ops: 1000 },
-        Phase::Reads {
-            ops: 1000,
-            dist: Dist::Uniform,
-            cold: false,
-        },
-    ];
-    s
+    Spec::every_phase(3000)
 }
 
 fn engines() -> Vec<Box<dyn Engine>> {

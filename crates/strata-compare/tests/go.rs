@@ -6,52 +6,14 @@
 
 use strata_bench::runner::{self, RunResult};
 use strata_bench::store::Strata;
-use strata_bench::workload::{Dist, Mix, Phase, Spec};
+use strata_bench::workload::Spec;
 use strata_compare::go;
 
 fn small_spec() -> Spec {
-    let mut s = Spec::rum(2000);
-    s.name = "go-small".into();
-    s.batch = 100;
-    s.cache_bytes = 4 << 20;
-    s.phases = vec![
-        Phase::Load,
-        Phase::Reads {
-            ops: 1000,
-            dist: Dist::Uniform,
-            cold: false,
-        },
-        Phase::Mixed {
-            ops: 2000,
-            mix: Mix {
-                read: 40,
-                update: 20,
-                insert: 10,
-                scan: 10,
-                read_modify_write: 20,
-            },
-            dist: Dist::Zipfian,
-            scan_len: 20,
-        },
-        Phase::Reopen,
-        Phase::Reads {
-            ops: 500,
-            dist: Dist::Latest,
-            cold: true,
-        },
-        Phase::Scans {
-            ops: 100,
-            len: 30,
-            dist: Dist::Uniform,
-        },
-        Phase::Deletes { ops: 500 },
-        Phase::Reads {
-            ops: 500,
-            dist: Dist::Uniform,
-            cold: false,
-        },
-    ];
-    s
+    Spec {
+        name: "go-small".into(),
+        ..Spec::every_phase(3000)
+    }
 }
 
 const LABELS: [&str; 8] = [
