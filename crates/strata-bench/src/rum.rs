@@ -41,8 +41,24 @@ pub struct Row {
     pub engine_write_amplification: Option<f64>,
     pub space_amplification: f64,
     pub peak_rss_bytes: u64,
+    /// Latency quantiles in µs, each the median over runs (see `Latency`).
+    pub latency: Latency,
     /// Reads that found nothing or a wrong value, over all runs and phases (must be 0).
     pub wrong_reads: u64,
+}
+
+/// Latency quantiles of one engine, in µs: point reads warm and cold, and commits of a batch
+/// in the load and in the mixed phase.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    pub read_p50_us: f64,
+    pub read_p99_us: f64,
+    pub cold_read_p50_us: f64,
+    pub cold_read_p99_us: f64,
+    pub load_commit_p50_us: f64,
+    pub load_commit_p99_us: f64,
+    pub mixed_commit_p50_us: f64,
+    pub mixed_commit_p99_us: f64,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -63,14 +79,10 @@ pub fn row(runs: &[RunResult]) -> Row {
     let Some(first) = runs.first() else {
         return Row::default();
     };
-    let ops = |label: &str| {
-        median(
-            runs.iter()
-                .filter_map(|r| r.phase(label))
-                .map(|p| p.ops_per_sec)
-                .collect(),
-        )
+    let over_runs = |label: &str, f: fn(&PhaseResult) -> f64| {
+        median(runs.iter().filter_map(|r| r.phase(label)).map(f).collect())
     };
+    let ops = |label: &str| over_runs(label, |p| p.ops_per_sec);
     let load = first.phase("load").cloned().unwrap_or_default();
     let cold = first.phase("reads-cold");
     // The load's writes, and the background writes that trail into the read-only phases next.
@@ -101,6 +113,16 @@ pub fn row(runs: &[RunResult]) -> Row {
             .map(|b| b as f64 / load.logical_bytes_written.max(1) as f64),
         space_amplification: load.space_amplification(),
         peak_rss_bytes: runs.iter().map(|r| r.peak_rss_bytes).max().unwrap_or(0),
+        latency: Latency {
+            read_p50_us: over_runs("reads", |p| p.read_p50_us),
+            read_p99_us: over_runs("reads", |p| p.read_p99_us),
+            cold_read_p50_us: over_runs("reads-cold", |p| p.read_p50_us),
+            cold_read_p99_us: over_runs("reads-cold", |p| p.read_p99_us),
+            load_commit_p50_us: over_runs("load", |p| p.commit_p50_us),
+            load_commit_p99_us: over_runs("load", |p| p.commit_p99_us),
+            mixed_commit_p50_us: over_runs("mixed", |p| p.commit_p50_us),
+            mixed_commit_p99_us: over_runs("mixed", |p| p.commit_p99_us),
+        },
         wrong_reads: runs
             .iter()
             .flat_map(|r| &r.phases)
@@ -164,6 +186,45 @@ pub fn markdown(rows: &[Row]) -> String {
         ));
     }
     s
+}
+
+/// Latency quantiles as a Markdown table, "p50 / p99" in µs per cell.
+pub fn latency_markdown(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "| engine | read µs (p50 / p99) | cold read µs | load commit µs | mixed commit µs |\n|---|---|---|---|---|\n",
+    );
+    let pair = |p50: f64, p99: f64| {
+        if p50 <= 0.0 && p99 <= 0.0 {
+            "-".to_string()
+        } else {
+            format!("{} / {}", micros(p50), micros(p99))
+        }
+    };
+    for r in rows {
+        let l = &r.latency;
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            r.engine,
+            pair(l.read_p50_us, l.read_p99_us),
+            pair(l.cold_read_p50_us, l.cold_read_p99_us),
+            pair(l.load_commit_p50_us, l.load_commit_p99_us),
+            pair(l.mixed_commit_p50_us, l.mixed_commit_p99_us),
+        ));
+    }
+    s
+}
+
+/// Microseconds with the precision that matters: "0.84", "12.3", "4,210".
+fn micros(us: f64) -> String {
+    match us {
+        us if us < 10.0 => format!("{us:.2}"),
+        us if us < 100.0 => format!("{us:.1}"),
+        us if us < 1000.0 => format!("{us:.0}"),
+        us => {
+            let n = us.round() as u64;
+            format!("{},{:03}", n / 1000, n % 1000)
+        }
+    }
 }
 
 /// Scale points as a Markdown table: one row per engine, WA and SA per record count.
@@ -248,8 +309,12 @@ mod tests {
         // Compaction trailing into the reads counts towards the load's WA.
         let mut reads = phase("reads", read);
         reads.process_bytes_written = 116_000;
+        reads.read_p50_us = read / 10.0;
+        reads.read_p99_us = read;
         let mut cold = phase("reads-cold", 10.0);
         cold.device_reads = Some(1500);
+        load.commit_p50_us = 1234.4;
+        load.commit_p99_us = 56.78;
         RunResult {
             engine: "e".into(),
             version: "e 1".into(),
@@ -271,6 +336,13 @@ mod tests {
         assert_eq!(r.space_amplification, 1.25);
         assert_eq!(r.cold_device_reads_per_op, Some(1.5));
         assert_eq!(median(vec![4.0, 1.0]), 2.5);
+        assert_eq!((r.latency.read_p50_us, r.latency.read_p99_us), (0.8, 8.0));
+        assert_eq!(r.latency.load_commit_p50_us, 1234.4);
+        let lat = latency_markdown(std::slice::from_ref(&r));
+        assert!(
+            lat.contains("| e | 0.80 / 8.00 | - | 1,234 / 56.8 | - |"),
+            "{lat}"
+        );
         let md = markdown(&[r]);
         assert!(
             md.contains(

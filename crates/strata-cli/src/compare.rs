@@ -168,6 +168,8 @@ pub struct RumOutcome {
 impl RumOutcome {
     pub fn markdown(&self) -> String {
         let mut s = rum::markdown(&self.rows);
+        s.push('\n');
+        s.push_str(&rum::latency_markdown(&self.rows));
         if !self.scale.is_empty() {
             s.push('\n');
             s.push_str(&rum::scale_markdown(&self.scale));
