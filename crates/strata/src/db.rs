@@ -2,9 +2,11 @@
 //! operation from the API to the engine:
 //!
 //! - `write(batch)`: validate everything first (bad input changes nothing); under the write lock,
-//!   take the next sequence number, append the batch as one log record, apply it to the engine;
-//!   release the lock; then, for synced durability, wait for a log sync that covers the record
-//!   (group commit). Past `checkpoint_wal_bytes` of log, checkpoint and empty the log.
+//!   take the next sequence number, append the batch as one log record, start the log's sync for
+//!   synced durability, apply the batch to the engine while that sync runs; release the lock;
+//!   then wait for a log sync that covers the record (group commit). Past
+//!   `checkpoint_wal_bytes` of log, checkpoint and empty the log. A batch is visible to readers
+//!   once applied, which may be before its sync ends; it is acknowledged only after.
 //! - `get`, `range`: under the same lock, straight to the engine. Range iterators fetch a page of
 //!   entries at a time and hold no lock between pages; they see each key at most once, in order,
 //!   but are not a snapshot.
@@ -318,6 +320,10 @@ impl Db {
                 .append(wal::Kind::Batch, seq, &payload)
                 .map_err(|e| self.poisoned(e))?;
             st.next_seq += 1;
+            if durability == Durability::Sync {
+                // The log syncs on its own thread while the batch is applied below.
+                self.wal.request_sync(seq);
+            }
             if let Err(e) = apply(&mut *st.engine, &batch).and_then(|_| st.engine.settle()) {
                 // Memory may hold part of the batch; the log must not, or every reopen would
                 // replay into the same failure. The batch was never acknowledged.

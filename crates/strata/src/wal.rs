@@ -20,16 +20,17 @@
 //! A first record that leaves a gap after the checkpoint, and a marker newer than the checkpoint
 //! (the superblock of a later checkpoint is damaged), are corruption too.
 //!
-//! Group commit: appends happen under the `Db`'s write lock; syncing happens after it is
-//! released. A writer that needs durability returns at once if a finished sync covered its
-//! record; if no sync is running it becomes the leader and syncs everything written so far;
-//! otherwise it sleeps until the running sync ends and checks again. So writers that arrive
-//! during one fdatasync share the next. No lock is held during the fdatasync itself, and once an
-//! fdatasync fails every later one reports failure (its pages may be lost: retrying could
-//! falsely report durability).
+//! Group commit: appends happen under the `Db`'s write lock; fdatasync happens on the log's own
+//! sync thread. A writer that needs durability asks for a sync as soon as its record is written
+//! (`request_sync`) and goes on to apply its batch to the engine while the sync runs, then waits
+//! (`sync_through`) until a finished sync covers its record. Each sync covers everything written
+//! when it starts, so writers that arrive during one fdatasync share the next. No lock is held
+//! during the fdatasync itself, and once an fdatasync fails every later wait reports failure
+//! (its pages may be lost: retrying could falsely report durability).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -54,22 +55,33 @@ pub struct Record<'a> {
 
 #[derive(Debug)]
 pub struct Wal {
+    shared: Arc<Shared>,
+    syncer: Option<JoinHandle<()>>,
+}
+
+/// What the appending writers and the sync thread share.
+#[derive(Debug)]
+struct Shared {
     dev: Arc<dyn Device>,
     /// Where the next record goes.
     tail: Mutex<u64>,
     /// Highest sequence number whose record is completely written.
     written: AtomicU64,
     sync: Mutex<SyncState>,
+    /// Signalled when a sync ends (waiters re-check) and when one is wanted (the sync thread
+    /// wakes).
     sync_done: Condvar,
+    sync_wanted: Condvar,
 }
 
 #[derive(Debug, Default)]
 struct SyncState {
     /// Highest sequence number known durable.
     synced: u64,
-    /// A leader is in fdatasync now.
-    running: bool,
+    /// Highest sequence number a writer wants durable.
+    requested: u64,
     failed: Option<String>,
+    stop: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -144,23 +156,37 @@ impl Wal {
             // What replay made visible must not vanish in a later power cut.
             dev.sync()?;
         }
-        let wal = Wal {
+        let shared = Arc::new(Shared {
             dev,
             tail: Mutex::new(off as u64),
             written: AtomicU64::new(last),
             sync: Mutex::new(SyncState {
                 synced: last,
+                requested: last,
                 ..Default::default()
             }),
             sync_done: Condvar::new(),
-        };
-        Ok((wal, last))
+            sync_wanted: Condvar::new(),
+        });
+        let for_thread = shared.clone();
+        let syncer = std::thread::Builder::new()
+            .name("strata-wal-sync".into())
+            .spawn(move || for_thread.sync_loop())
+            .map_err(|e| Error::io("start the log's sync thread", e))?;
+        Ok((
+            Wal {
+                shared,
+                syncer: Some(syncer),
+            },
+            last,
+        ))
     }
 
     /// Append one record; called with the `Db`'s write lock held, so appends are ordered.
     /// Returns the offset the record starts at.
     pub fn append(&self, kind: Kind, seq: u64, payload: &[u8]) -> Result<u64> {
-        let durable = lock(&self.sync).synced;
+        let sh = &*self.shared;
+        let durable = lock(&sh.sync).synced;
         let mut rec = Vec::with_capacity(HEADER + payload.len());
         rec.extend_from_slice(&[0u8; 8]);
         rec.extend_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -170,80 +196,123 @@ impl Wal {
         rec.extend_from_slice(payload);
         let sum = xxh3_64(&rec[8..]);
         rec[..8].copy_from_slice(&sum.to_le_bytes());
-        let mut tail = lock(&self.tail);
+        let mut tail = lock(&sh.tail);
         let start = *tail;
-        self.dev.write_at(&rec, start)?;
+        sh.dev.write_at(&rec, start)?;
         *tail += rec.len() as u64;
-        self.written.fetch_max(seq, Ordering::Release);
+        sh.written.fetch_max(seq, Ordering::Release);
         Ok(start)
     }
 
     /// Take back the last record (it starts at `offset`): its batch failed and was never
     /// acknowledged, so replay must not meet it.
     pub fn retract(&self, offset: u64, seq: u64) -> Result<()> {
-        let mut tail = lock(&self.tail);
-        self.dev.set_len(offset)?;
+        let sh = &*self.shared;
+        let mut tail = lock(&sh.tail);
+        sh.dev.set_len(offset)?;
         *tail = offset;
-        self.written.store(seq - 1, Ordering::Release);
+        sh.written.store(seq - 1, Ordering::Release);
+        let mut st = lock(&sh.sync);
+        st.requested = st.requested.min(seq - 1);
         Ok(())
+    }
+
+    /// Start a sync that covers the record with sequence number `seq`, if none has yet, and
+    /// return without waiting for it.
+    pub fn request_sync(&self, seq: u64) {
+        let mut st = lock(&self.shared.sync);
+        if st.synced < seq && st.requested < seq {
+            st.requested = seq;
+            self.shared.sync_wanted.notify_one();
+        }
     }
 
     /// Return once the record with sequence number `seq` is durable.
     pub fn sync_through(&self, seq: u64) -> Result<()> {
-        let mut st = lock(&self.sync);
+        let sh = &*self.shared;
+        let mut st = lock(&sh.sync);
         loop {
             if let Some(why) = &st.failed {
                 return Err(Error::io(
-                    format!("sync {}", self.dev.name()),
-                    std::io::Error::other(format!("an earlier log sync failed: {why}")),
+                    format!("sync {}", sh.dev.name()),
+                    std::io::Error::other(format!("a log sync failed: {why}")),
                 ));
             }
             if st.synced >= seq {
                 return Ok(());
             }
-            if st.running {
-                st = self.sync_done.wait(st).unwrap_or_else(|e| e.into_inner());
-                continue;
+            if st.requested < seq {
+                st.requested = seq;
+                sh.sync_wanted.notify_one();
             }
-            st.running = true;
-            drop(st);
-            let target = self.written.load(Ordering::Acquire);
-            let result = self.dev.sync();
-            st = lock(&self.sync);
-            st.running = false;
-            match &result {
-                Ok(()) => st.synced = st.synced.max(target),
-                Err(e) => st.failed = Some(e.to_string()),
-            }
-            self.sync_done.notify_all();
-            result?;
+            st = sh.sync_done.wait(st).unwrap_or_else(|e| e.into_inner());
         }
     }
 
     /// A checkpoint now covers every record up to `seq`: empty the log and start it with a
     /// marker for that checkpoint.
     pub fn reset(&self, seq: u64) -> Result<()> {
+        let sh = &*self.shared;
         {
-            let mut tail = lock(&self.tail);
-            self.dev.set_len(0)?;
+            let mut tail = lock(&sh.tail);
+            sh.dev.set_len(0)?;
             *tail = 0;
         }
         {
-            let mut st = lock(&self.sync);
+            let mut st = lock(&sh.sync);
             st.synced = st.synced.max(seq);
         }
         self.append(Kind::Checkpoint, seq, &[])?;
-        self.dev.sync()?;
-        self.sync_done.notify_all();
+        sh.dev.sync()?;
+        sh.sync_done.notify_all();
         Ok(())
     }
 
     pub fn size(&self) -> u64 {
-        *lock(&self.tail)
+        *lock(&self.shared.tail)
     }
 
     pub fn device(&self) -> &Arc<dyn Device> {
-        &self.dev
+        &self.shared.dev
+    }
+}
+
+impl Shared {
+    /// The sync thread: whenever a writer wants a record durable that is not yet, fdatasync
+    /// everything written so far, then wake the waiters.
+    fn sync_loop(&self) {
+        let mut st = lock(&self.sync);
+        loop {
+            if st.stop {
+                return;
+            }
+            if st.failed.is_some() || st.requested <= st.synced {
+                st = self.sync_wanted.wait(st).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            drop(st);
+            let target = self.written.load(Ordering::Acquire);
+            let result = self.dev.sync();
+            st = lock(&self.sync);
+            match result {
+                Ok(()) => st.synced = st.synced.max(target),
+                Err(e) => st.failed = Some(e.to_string()),
+            }
+            // Never chase a request for a record that is not (or no longer) written.
+            let written = self.written.load(Ordering::Acquire);
+            st.requested = st.requested.min(written.max(st.synced));
+            self.sync_done.notify_all();
+        }
+    }
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        lock(&self.shared.sync).stop = true;
+        self.shared.sync_wanted.notify_all();
+        if let Some(t) = self.syncer.take() {
+            let _ = t.join();
+        }
     }
 }
 

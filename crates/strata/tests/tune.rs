@@ -216,3 +216,34 @@ fn seed002_table_uses_the_measured_points() {
     assert!(r.iops.iter().all(|i| i.measured));
     serde_json::to_string(&r).unwrap();
 }
+
+#[test]
+fn betree_insert_cpu_grows_as_basements_shrink() {
+    let m = ssd().affine_model();
+    let cpu = |basement: u64| {
+        let mut inp = predict::PredictInput::new(4 << 20, 1_000_000, 16, 100, 0);
+        inp.fanout = Some(43);
+        inp.basement_bytes = basement;
+        predict::betree(&inp, &m).insert.cpu_seconds
+    };
+    // A flush of ~740 messages rebuilds most of a 4 KiB-basement leaf, few 64 KiB basements.
+    assert!(cpu(4 << 10) > 1.5 * cpu(64 << 10), "{} {}", cpu(4 << 10), cpu(64 << 10));
+    assert!(cpu(16 << 10) < cpu(4 << 10));
+    // The B+-tree prices IO only.
+    let bt = predict::btree(&predict::PredictInput::new(64 << 10, 1_000_000, 16, 100, 0), &m);
+    assert_eq!(bt.insert.cpu_seconds, 0.0);
+}
+
+#[test]
+fn betree_nodes_stay_a_small_part_of_the_cache() {
+    for cache in [1u64 << 20, 8 << 20, 64 << 20, 1 << 30] {
+        let mut w = Workload::new(100_000_000);
+        w.cache_bytes = cache;
+        let r = tune::recommend(&ssd(), &w);
+        let node = r.betree.node_bytes;
+        assert!(
+            node * tune::CACHE_NODES <= cache || node == tune::BETREE_MIN_NODE,
+            "{node} with a {cache}-byte cache"
+        );
+    }
+}

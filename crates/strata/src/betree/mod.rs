@@ -179,13 +179,23 @@ struct Piece {
     vals: Vec<Val>,
 }
 
-/// Cut sorted entries into basements of at most `target` bytes (at least one entry each,
-/// and one empty basement for no entries): each with the separator before it, `None` for the
-/// first.
 /// A piece of a re-cut basement: its separator from the previous piece (none for the first).
 type CutPiece = (Option<Vec<u8>>, Part<Basement>);
 
+/// Cut sorted entries into basements of at most `target` bytes (at least one entry each,
+/// and one empty basement for no entries): each with the separator before it, `None` for the
+/// first.
 fn cut(keys: Keys, vals: Vec<Val>, target: usize) -> Vec<CutPiece> {
+    let total = 4 + keys
+        .iter()
+        .zip(&vals)
+        .map(|(k, v)| entry_len(k, v))
+        .sum::<usize>();
+    if total <= target {
+        // The common case after a flush: one piece, the vectors kept as they are.
+        let count = keys.len() as u32;
+        return vec![(None, Part::new(Basement { keys, vals }, count, total))];
+    }
     let mut out: Vec<CutPiece> = Vec::new();
     let mut cur = Basement::default();
     let mut sep = None;
@@ -1149,12 +1159,13 @@ impl BeTree {
 
     /// Descend toward `at` (a key, or a scan's cursor), letting `collect` take what it needs
     /// from the segment on the path at each level. Returns the leaf, its fences (the nearest
-    /// pivots on either side) and what was collected.
+    /// pivots on either side, when `fences` asks for them) and what was collected.
     #[allow(clippy::type_complexity)]
     fn descend(
         &mut self,
         at: Bound<&[u8]>,
         reverse: bool,
+        fences: bool,
         collect: impl Fn(&Segment, &mut Vec<Msg>),
     ) -> Result<(Pin<Node>, Option<Vec<u8>>, Option<Vec<u8>>, Vec<Msg>)> {
         let (mut lo, mut hi): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
@@ -1169,12 +1180,14 @@ impl BeTree {
                         (Bound::Included(k), _) | (Bound::Excluded(k), false) => n.child_for(k),
                         (Bound::Excluded(k), true) => n.child_below(k),
                     };
-                    let (l, h) = n.bounds(i);
-                    if let Some(l) = l {
-                        lo = Some(l.to_vec());
-                    }
-                    if let Some(h) = h {
-                        hi = Some(h.to_vec());
+                    if fences {
+                        let (l, h) = n.bounds(i);
+                        if let Some(l) = l {
+                            lo = Some(l.to_vec());
+                        }
+                        if let Some(h) = h {
+                            hi = Some(h.to_vec());
+                        }
                     }
                     Some((i, n.children[i]))
                 }
@@ -1199,24 +1212,24 @@ impl Engine for BeTree {
     }
 
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let (leaf, _, _, mut msgs) = self.descend(Bound::Included(key), false, |seg, out| {
-            out.extend(seg.lookup(key).cloned())
-        })?;
+        let (leaf, _, _, mut msgs) =
+            self.descend(Bound::Included(key), false, false, |seg, out| {
+                out.extend(seg.lookup(key).cloned())
+            })?;
         let i = match &*leaf.read() {
             Node::Leaf(l) => l.basement_for(key),
             Node::Internal(_) => unreachable!("descent ends at a leaf"),
         };
         self.load_part(&leaf, i)?;
-        let base = match &*leaf.read() {
-            Node::Leaf(l) => {
-                let b = l.bases[i].get();
-                b.keys.search(key).ok().map(|j| b.vals[j].clone())
-            }
-            Node::Internal(_) => unreachable!("descent ends at a leaf"),
-        };
         msgs.sort_by_key(|m| m.seq);
         let refs: Vec<&Msg> = msgs.iter().collect();
-        self.resolve(key, base.as_ref(), &refs)
+        let g = leaf.read();
+        let Node::Leaf(l) = &*g else {
+            unreachable!("descent ends at a leaf")
+        };
+        let b = l.bases[i].get();
+        let base = b.keys.search(key).ok().map(|j| &b.vals[j]);
+        self.resolve(key, base, &refs)
     }
 
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -1263,7 +1276,7 @@ impl Engine for BeTree {
         let mut taken = 0;
         loop {
             let at = cursor.as_ref().map(|k| k.as_slice());
-            let (leaf, lf, hf, msgs) = self.descend(at, reverse, |seg, out| {
+            let (leaf, lf, hf, msgs) = self.descend(at, reverse, true, |seg, out| {
                 out.extend(seg.points().iter().chain(seg.ranges()).cloned())
             })?;
             let in_leaf =

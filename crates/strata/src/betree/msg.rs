@@ -174,12 +174,11 @@ impl Segment {
     }
 
     /// Messages bearing on `key`: its point messages and the range deletes covering it.
-    pub fn lookup<'a>(&'a self, key: &[u8]) -> impl Iterator<Item = &'a Msg> + 'a {
+    pub fn lookup<'a>(&'a self, key: &'a [u8]) -> impl Iterator<Item = &'a Msg> + 'a {
         let (a, b) = self.run_of(key);
-        let key = key.to_vec();
         self.points[a..b]
             .iter()
-            .chain(self.ranges.iter().filter(move |r| r.covers(&key)))
+            .chain(self.ranges.iter().filter(move |r| r.covers(key)))
     }
 
     /// Add `m`, newer than every message here; returns the messages it made obsolete.

@@ -42,6 +42,13 @@ pub const BE_HEADER_FIXED: f64 = BLOCK_HEADER as f64 + 4.0;
 /// separator is charged half an entry.
 const BT_CACHE_NODE: f64 = 128.0;
 const BE_CACHE_NODE: f64 = 256.0;
+/// CPU cost of a flush into a leaf, per basement it touches: a fixed part (taking the basement
+/// out, allocating its rebuilt vectors, splicing it back) and a part per byte of the basement
+/// (moving its entries). Fitted on the 2-core machine of docs/performance.md from loads of 1M
+/// random 16 + 100 byte records at four geometries (4 MiB nodes with 4 and 64 KiB basements,
+/// 1 MiB nodes with 16 and 64 KiB): about 5 µs + 0.5 ns per byte.
+pub const BE_BASEMENT_CPU_S: f64 = 5e-6;
+pub const BE_BASEMENT_CPU_PER_BYTE_S: f64 = 0.5e-9;
 const CACHE_ENTRY: f64 = 96.0;
 /// Bytes a record costs in the write-ahead log beside its key and value (op kind, lengths, and
 /// its share of the record header); sets how many inserts fall between two checkpoints.
@@ -118,6 +125,10 @@ pub struct OpCost {
     pub write_bytes: f64,
     /// Affine cost of all of it, seconds.
     pub seconds: f64,
+    /// Memory work the IO model leaves out, seconds: rebuilding the leaf basements a flush
+    /// lands in (Bε-tree inserts only; see `BE_BASEMENT_CPU_S`).
+    #[serde(default)]
+    pub cpu_seconds: f64,
 }
 
 impl OpCost {
@@ -487,6 +498,24 @@ pub fn betree(inp: &PredictInput, m: &Affine) -> Prediction {
         insert.write(flushes_per_insert * w, l.node_bytes, m);
     }
 
+    // A flush brings k messages to a leaf of L basements and rebuilds the ones they land in:
+    // L(1 − e^(−k/L)) of them, each at a fixed cost plus its bytes.
+    let leaf_basements = (leaf_encoded / basement).ceil().max(1.0);
+    let k = flush / message;
+    let rebuilt = leaf_basements * (1.0 - (-k / leaf_basements).exp());
+    insert.cpu_seconds = flushes_per_insert
+        * rebuilt
+        * (BE_BASEMENT_CPU_S + basement.min(leaf_encoded) * BE_BASEMENT_CPU_PER_BYTE_S);
+
+    // A flush brings k messages to a leaf of L basements and rebuilds the ones they land in:
+    // L(1 − e^(−k/L)) of them, each at a fixed cost plus its bytes.
+    let leaf_basements = (leaf_encoded / basement).ceil().max(1.0);
+    let k = flush / message;
+    let rebuilt = leaf_basements * (1.0 - (-k / leaf_basements).exp());
+    insert.cpu_seconds = flushes_per_insert
+        * rebuilt
+        * (BE_BASEMENT_CPU_S + basement.min(leaf_encoded) * BE_BASEMENT_CPU_PER_BYTE_S);
+
     let l = inp.range_items.max(1) as f64;
     let touched = 1.0 + (l - 1.0) / per_leaf;
     let leaf_miss = 1.0 - levels[height - 1].cached;
@@ -505,8 +534,9 @@ pub fn betree(inp: &PredictInput, m: &Affine) -> Prediction {
          buffer {} → segment {}; {:.0} records per leaf (fill {:.2}), {:.0} leaves, height {}; \
          levels root→leaf: {}. Point: per uncached level one segment (a basement at the leaf) \
          = {:.3} reads, {} ≈ {:.1} µs. Insert: a flush moves {} one level down and rewrites \
-         the child; {:.5} flushes per insert per level ⇒ {:.4} IOs, {} ≈ {:.2} µs. Range of \
-         {:.0}: {} more from {:.2} more leaves ≈ {:.1} µs.",
+         the child; {:.5} flushes per insert per level ⇒ {:.4} IOs, {} ≈ {:.2} µs, and \
+         {:.1} basements rebuilt per leaf flush ≈ {:.2} µs of CPU. Range of {:.0}: {} more \
+         from {:.2} more leaves ≈ {:.1} µs.",
         human(b),
         fanout,
         human(basement),
@@ -526,6 +556,8 @@ pub fn betree(inp: &PredictInput, m: &Affine) -> Prediction {
         insert.ios(),
         human(insert.bytes()),
         insert.seconds * 1e6,
+        rebuilt,
+        insert.cpu_seconds * 1e6,
         l,
         human(range.read_bytes - point.read_bytes),
         touched - 1.0,

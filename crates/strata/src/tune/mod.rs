@@ -33,6 +33,8 @@ pub const BETREE_MAX_NODE: u64 = 16 << 20;
 pub const BETREE_MIN_FANOUT: u64 = 4;
 pub const BETREE_MAX_FANOUT: u64 = 64;
 pub const BASEMENT_MIN: u64 = 4 << 10;
+/// The Bε-tree's node is at most 1/CACHE_NODES of the cache budget.
+pub const CACHE_NODES: u64 = 4;
 
 /// Which operations the workload consists of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,7 +126,8 @@ impl Workload {
 
     fn objective(&self, p: &Prediction) -> f64 {
         let (wi, wp, wr) = self.mix.weights();
-        wi * p.insert.seconds + wp * p.point.seconds + wr * p.range.seconds
+        let cost = |c: &OpCost| c.seconds + c.cpu_seconds;
+        wi * cost(&p.insert) + wp * cost(&p.point) + wr * cost(&p.range)
     }
 }
 
@@ -416,8 +419,8 @@ pub fn recommend(profile: &DeviceProfile, workload: &Workload) -> Recommendation
         notes.push(format!(
             "The data (about {:.0} MiB in the cache) fits in the {:.0} MiB cache: once warm, reads \
              cost no IO at any node size and IO is only checkpoint write-back. The choice below \
-             is made for a cold cache (as when the data outgrows it); CPU cost, which the model \
-             leaves out, is what differs between node sizes in memory.",
+             is made for a cold cache (as when the data outgrows it), with the CPU cost of \
+             rebuilding basements on flushes added to the IO.",
             w.data_bytes() / (1u64 << 20) as f64,
             w.cache_bytes as f64 / (1u64 << 20) as f64
         ));
@@ -442,8 +445,19 @@ pub fn recommend(profile: &DeviceProfile, workload: &Workload) -> Recommendation
         .expect("at least one B+-tree node size");
     let c7 = corollary7(&model, w);
     let be = betree_rows(&model, w, cache);
+    // A flush holds the pinned root, the parent and the child at once, so a node must fit in
+    // the cache several times over; past that the tree thrashes, which the per-level cache
+    // model misses (`strata bench sweep` with an 8 MiB cache: flat up to 4 MiB nodes, a
+    // collapse to 32 ms per insert at 16 MiB).
+    let fits_cache = |r: &BeTreeRow| r.node_bytes.saturating_mul(CACHE_NODES) <= w.cache_bytes;
+    if be.iter().any(|(r, _)| !fits_cache(r)) {
+        notes.push(format!(
+            "Bε-tree nodes larger than 1/{CACHE_NODES} of the cache are not considered."
+        ));
+    }
     let (be_row, be_pred) = be
         .iter()
+        .filter(|(r, _)| fits_cache(r) || r.node_bytes == BETREE_MIN_NODE)
         .reduce(|best, x| {
             let key = |(r, _): &(BeTreeRow, Prediction)| {
                 (r.objective_s, r.cold_objective_s, r.node_bytes)

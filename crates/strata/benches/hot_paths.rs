@@ -1,0 +1,98 @@
+//! Micro-benchmarks of the hot paths behind the `rum` figures, so that a regression shows up
+//! before a full comparison run: a batch of 1,000 random puts, and a warm point read, on both
+//! trees. Every database lives on a simulated disk with unsynced commits, so what is timed is
+//! the CPU work of the engine and the log, not the device (`docs/performance.md`).
+//!
+//! `cargo bench -p strata --bench hot_paths`
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use strata::storage::SimEnv;
+use strata::{Db, Durability, Options, WriteBatch};
+
+const PRELOAD: u64 = 100_000;
+const BATCH: u64 = 1_000;
+
+/// The `rum` workload's keys: 16 bytes, spread by a 64-bit mix of the record number.
+fn key(i: u64) -> [u8; 16] {
+    let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&(z ^ (z >> 31)).to_be_bytes());
+    k[8..].copy_from_slice(&i.to_be_bytes());
+    k
+}
+
+fn value(i: u64) -> [u8; 100] {
+    let mut v = [0u8; 100];
+    for (j, b) in v.iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(31).wrapping_add(j as u8);
+    }
+    v
+}
+
+fn batch(from: u64) -> WriteBatch {
+    let mut b = WriteBatch::new();
+    for i in from..from + BATCH {
+        b.put(key(i), value(i));
+    }
+    b
+}
+
+fn engines() -> [(&'static str, Options); 2] {
+    let base = Options::default()
+        .durability(Durability::None)
+        .cache_bytes(256 << 20)
+        .checkpoint_wal_bytes(1 << 40);
+    [
+        ("betree", base.clone().betree(1 << 20, 16, 64 << 10)),
+        ("btree", base.btree(64 << 10)),
+    ]
+}
+
+fn loaded(opts: &Options) -> Db {
+    let db = Db::open_in(&SimEnv::new(), opts.clone()).unwrap();
+    for from in (0..PRELOAD).step_by(BATCH as usize) {
+        db.write(batch(from)).unwrap();
+    }
+    db
+}
+
+fn writes(c: &mut Criterion) {
+    let mut g = c.benchmark_group("write 1,000 random puts");
+    for (name, opts) in engines() {
+        let db = loaded(&opts);
+        let mut next = PRELOAD;
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    next += BATCH;
+                    batch(next - BATCH)
+                },
+                |wb| db.write(wb).unwrap(),
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    g.finish();
+}
+
+fn reads(c: &mut Criterion) {
+    let mut g = c.benchmark_group("warm point read");
+    for (name, opts) in engines() {
+        let db = loaded(&opts);
+        let mut i = 0u64;
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                i = (i + 7919) % PRELOAD;
+                black_box(db.get(key(i)).unwrap().expect("loaded"))
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, writes, reads);
+criterion_main!(benches);
