@@ -117,7 +117,16 @@ impl Engine for Strata {
 
     fn settings(&self, cfg: &Config) -> String {
         let geometry = match self.btree_node {
-            None => "Bε-tree, geometry from the saved device profile or the default".into(),
+            None => match self.options(cfg).auto_geometry() {
+                Ok((g, origin)) => format!(
+                    "Bε-tree, {} KiB nodes, fanout {}, {} KiB basements ({})",
+                    g.node_size >> 10,
+                    g.fanout,
+                    g.basement >> 10,
+                    origin.describe()
+                ),
+                Err(e) => format!("Bε-tree, geometry unknown: {e}"),
+            },
             Some(node) => format!("B+-tree, {} KiB nodes", node >> 10),
         };
         let durability = if cfg.sync {

@@ -22,16 +22,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::batch::{Op, WriteBatch};
+use crate::batch::WriteBatch;
 use crate::betree::{self, BeTree, Geometry, Origin};
 use crate::btree::{self, BTree};
 use crate::engine::{CheckReport, Engine};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::options::{tuned_geometry, Durability, EngineOptions, Options, DEFAULT_BETREE};
-use crate::profile::DeviceProfile;
+use crate::options::{Durability, EngineOptions, Options};
 use crate::storage::{Device, Env, EnvLock, FileEnv, FileKind, IoStats, Metered, Pager};
-use crate::tune::Workload;
 use crate::wal::{self, Wal};
 
 pub const DATA_FILE: &str = "strata.data";
@@ -63,15 +61,7 @@ pub struct Db {
 }
 
 fn apply(engine: &mut dyn Engine, batch: &WriteBatch) -> Result<()> {
-    for op in batch.ops() {
-        match op {
-            Op::Put { key, value } => engine.put(key, value)?,
-            Op::Delete { key } => engine.delete(key)?,
-            Op::Upsert { key, operand } => engine.upsert(key, operand)?,
-            Op::DeleteRange { start, end } => engine.delete_range(start, end)?,
-        }
-    }
-    Ok(())
+    engine.apply_batch(batch.ops())
 }
 
 fn open_engine(
@@ -86,7 +76,7 @@ fn open_engine(
             EngineOptions::Auto => {
                 let (geo, origin) = match auto {
                     Some(choice) => choice,
-                    None => auto_geometry(opts)?,
+                    None => opts.auto_geometry()?,
                 };
                 Ok(Box::new(BeTree::create(
                     pager,
@@ -144,19 +134,6 @@ fn log_is_empty(env: &dyn Env) -> Result<bool> {
     }
 }
 
-/// `EngineOptions::Auto`: the tuner's geometry for the saved device profile, if there is one.
-fn auto_geometry(opts: &Options) -> Result<(Geometry, Origin)> {
-    match DeviceProfile::load_saved()? {
-        Some((_, profile)) => {
-            let mut w = Workload::new(opts.expected_keys);
-            w.cache_bytes = opts.cache_bytes as u64;
-            w.checkpoint_wal_bytes = opts.checkpoint_wal_bytes;
-            Ok((tuned_geometry(&profile, &w), Origin::Profile))
-        }
-        None => Ok((DEFAULT_BETREE, Origin::Default)),
-    }
-}
-
 impl Db {
     /// Open the database in directory `path`, creating it if absent (unless told not to).
     pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
@@ -174,7 +151,7 @@ impl Db {
             Some(dev) => dev.len()? == 0,
         };
         let auto = match opts.engine {
-            EngineOptions::Auto if fresh && opts.create_if_missing => Some(auto_geometry(&opts)?),
+            EngineOptions::Auto if fresh && opts.create_if_missing => Some(opts.auto_geometry()?),
             _ => None,
         };
         let lock = env.lock(DATA_FILE, opts.create_if_missing)?;

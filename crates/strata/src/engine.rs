@@ -1,10 +1,11 @@
-//! The `Engine` trait: what the `Db` facade needs from a data structure. The B+-tree implements
-//! it now; the Bε-tree, LSM and versioned engines will. Engines are single-threaded objects: the
+//! The `Engine` trait: what the `Db` facade needs from a data structure (the B+-tree and the
+//! Bε-tree implement it). Engines are single-threaded objects: the
 //! `Db` serialises calls, logs writes ahead and decides when to checkpoint.
 
 use std::ops::Bound;
 use std::sync::Arc;
 
+use crate::batch::Op;
 use crate::error::{Error, Result};
 use crate::merge::MergeOperator;
 use crate::storage::{CacheStats, Device};
@@ -18,6 +19,19 @@ pub trait Engine: Send {
     fn upsert(&mut self, key: &[u8], operand: &[u8]) -> Result<()>;
     /// Delete every key in [start, end).
     fn delete_range(&mut self, start: &[u8], end: &[u8]) -> Result<()>;
+    /// Apply a batch's operations as if one by one, in order. An engine that gains from seeing
+    /// the whole batch at once (the Bε-tree merges it into its root) overrides this.
+    fn apply_batch(&mut self, ops: &[Op]) -> Result<()> {
+        for op in ops {
+            match op {
+                Op::Put { key, value } => self.put(key, value)?,
+                Op::Delete { key } => self.delete(key)?,
+                Op::Upsert { key, operand } => self.upsert(key, operand)?,
+                Op::DeleteRange { start, end } => self.delete_range(start, end)?,
+            }
+        }
+        Ok(())
+    }
     /// Append to `out` up to `limit` entries within (`lo`, `hi`), ascending or (with `reverse`)
     /// descending from the corresponding end. Iterators page through a range with this.
     fn scan(

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::betree::Geometry;
+use crate::betree::{Geometry, Origin};
 use crate::btree::BTree;
 use crate::error::{Error, Result};
 use crate::merge::MergeOperator;
@@ -135,6 +135,21 @@ impl Options {
     pub fn create_if_missing(mut self, on: bool) -> Self {
         self.create_if_missing = on;
         self
+    }
+
+    /// The Bε-tree geometry a new database gets with `EngineOptions::Auto`: the tuner's for the
+    /// saved device profile (`strata profile`) and these options' keys and cache, or
+    /// `DEFAULT_BETREE` when no profile is saved.
+    pub fn auto_geometry(&self) -> Result<(Geometry, Origin)> {
+        match DeviceProfile::load_saved()? {
+            Some((_, profile)) => {
+                let mut w = Workload::new(self.expected_keys);
+                w.cache_bytes = self.cache_bytes as u64;
+                w.checkpoint_wal_bytes = self.checkpoint_wal_bytes;
+                Ok((tuned_geometry(&profile, &w), Origin::Profile))
+            }
+            None => Ok((DEFAULT_BETREE, Origin::Default)),
+        }
     }
 
     pub fn validate(&self) -> Result<()> {

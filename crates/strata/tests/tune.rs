@@ -227,10 +227,18 @@ fn betree_insert_cpu_grows_as_basements_shrink() {
         predict::betree(&inp, &m).insert.cpu_seconds
     };
     // A flush of ~740 messages rebuilds most of a 4 KiB-basement leaf, few 64 KiB basements.
-    assert!(cpu(4 << 10) > 1.5 * cpu(64 << 10), "{} {}", cpu(4 << 10), cpu(64 << 10));
+    assert!(
+        cpu(4 << 10) > 1.5 * cpu(64 << 10),
+        "{} {}",
+        cpu(4 << 10),
+        cpu(64 << 10)
+    );
     assert!(cpu(16 << 10) < cpu(4 << 10));
     // The B+-tree prices IO only.
-    let bt = predict::btree(&predict::PredictInput::new(64 << 10, 1_000_000, 16, 100, 0), &m);
+    let bt = predict::btree(
+        &predict::PredictInput::new(64 << 10, 1_000_000, 16, 100, 0),
+        &m,
+    );
     assert_eq!(bt.insert.cpu_seconds, 0.0);
 }
 

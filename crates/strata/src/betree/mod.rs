@@ -27,6 +27,7 @@ use std::sync::Arc;
 use msg::{Body, Msg, Segment, EMPTY_SEGMENT};
 use node::{entry_len, read_part, read_whole, Basement, Internal, Leaf, Node, Part};
 
+use crate::batch::Op;
 use crate::btree::keys::{head, Keys};
 use crate::btree::node::shortest_separator;
 use crate::btree::{read_value, Val};
@@ -179,43 +180,89 @@ struct Piece {
     vals: Vec<Val>,
 }
 
+/// Runs of at most this many point messages are applied to a basement in place.
+const IN_PLACE_MAX: usize = 16;
+
+/// Point messages sorted by key (then seq) as (key, that key's messages oldest first).
+fn by_key(run: Vec<Msg>) -> impl Iterator<Item = (Vec<u8>, Vec<Msg>)> {
+    let mut run = run.into_iter().peekable();
+    std::iter::from_fn(move || {
+        let first = run.next()?;
+        let mut events = vec![first];
+        while run.peek().is_some_and(|m| m.key == events[0].key) {
+            events.push(run.next().expect("peeked"));
+        }
+        // The key moves out of the first message; settling reads only the bodies.
+        let key = std::mem::take(&mut events[0].key);
+        Some((key, events))
+    })
+}
+
 /// A piece of a re-cut basement: its separator from the previous piece (none for the first).
 type CutPiece = (Option<Vec<u8>>, Part<Basement>);
 
+/// How `cut` shares entries out among the pieces.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fill {
+    /// Fill each piece to the target and leave the rest to the last: for appends, which go on
+    /// filling the last piece.
+    Greedy,
+    /// Pieces of about equal size, so that each has room to grow before it must be cut again.
+    Even,
+}
+
 /// Cut sorted entries into basements of at most `target` bytes (at least one entry each,
 /// and one empty basement for no entries): each with the separator before it, `None` for the
-/// first.
-fn cut(keys: Keys, vals: Vec<Val>, target: usize) -> Vec<CutPiece> {
-    let total = 4 + keys
+/// first. The vectors are split in place, never rebuilt entry by entry.
+fn cut(keys: Keys, vals: Vec<Val>, target: usize, fill: Fill) -> Vec<CutPiece> {
+    let lens: Vec<usize> = keys
         .iter()
         .zip(&vals)
         .map(|(k, v)| entry_len(k, v))
-        .sum::<usize>();
+        .collect();
+    let total = 4 + lens.iter().sum::<usize>();
     if total <= target {
         // The common case after a flush: one piece, the vectors kept as they are.
         let count = keys.len() as u32;
         return vec![(None, Part::new(Basement { keys, vals }, count, total))];
     }
-    let mut out: Vec<CutPiece> = Vec::new();
-    let mut cur = Basement::default();
-    let mut sep = None;
-    let mut bytes = 4;
-    let (keys, heads) = keys.into_parts();
-    for ((k, h), v) in keys.into_iter().zip(heads).zip(vals) {
-        let len = entry_len(&k, &v);
-        if !cur.keys.is_empty() && bytes + len > target {
-            let done = std::mem::take(&mut cur);
-            let next_sep = shortest_separator(done.keys.last().expect("non-empty"), &k);
-            let count = done.keys.len() as u32;
-            out.push((sep.replace(next_sep), Part::new(done, count, bytes)));
+    let close_at = match fill {
+        Fill::Greedy => target,
+        Fill::Even => total.div_ceil(total.div_ceil(target)),
+    };
+    // Where each piece after the first starts, and every piece's bytes.
+    let (mut starts, mut sizes, mut bytes) = (Vec::new(), Vec::new(), 4);
+    for (i, &len) in lens.iter().enumerate() {
+        if i > 0 && (bytes + len > target || bytes >= close_at) {
+            starts.push(i);
+            sizes.push(bytes);
             bytes = 4;
         }
         bytes += len;
-        cur.keys.push_with_head(k, h);
-        cur.vals.push(v);
     }
-    let count = cur.keys.len() as u32;
-    out.push((sep, Part::new(cur, count, bytes)));
+    sizes.push(bytes);
+    let (mut keys, mut vals) = (keys, vals);
+    let mut tails = Vec::with_capacity(starts.len());
+    for &at in starts.iter().rev() {
+        tails.push((keys.split_off(at), vals.split_off(at)));
+    }
+    let mut out: Vec<CutPiece> = Vec::with_capacity(sizes.len());
+    let mut prev = Basement { keys, vals };
+    let mut sep = None;
+    for ((keys, vals), size) in tails.into_iter().rev().zip(&sizes) {
+        let next_sep = shortest_separator(
+            prev.keys.last().expect("pieces are not empty"),
+            keys.first().expect("pieces are not empty"),
+        );
+        let count = prev.keys.len() as u32;
+        out.push((sep.replace(next_sep), Part::new(prev, count, *size)));
+        prev = Basement { keys, vals };
+    }
+    let count = prev.keys.len() as u32;
+    out.push((
+        sep,
+        Part::new(prev, count, *sizes.last().expect("one size per piece")),
+    ));
     out
 }
 
@@ -225,7 +272,7 @@ fn cut_basements(keys: Keys, vals: Vec<Val>, target: usize) -> Leaf {
         pivots: Keys::default(),
         bases: Vec::new(),
     };
-    for (sep, part) in cut(keys, vals, target) {
+    for (sep, part) in cut(keys, vals, target, Fill::Even) {
         if let Some(sep) = sep {
             leaf.pivots.push(sep);
         }
@@ -468,17 +515,40 @@ impl BeTree {
 
     // ---- messages into internal nodes ------------------------------------------------------
 
-    /// Insert messages (oldest first) into a resident internal node's segments, clipping range
-    /// deletes to each child they overlap.
+    /// Insert messages into a resident internal node's segments, clipping range deletes to
+    /// each child they overlap. Messages come oldest first, or (with no range deletes among
+    /// them) by key with each key's oldest first: see `Segment::into_messages`.
     fn route(&mut self, pin: &Pin<Node>, msgs: Vec<Msg>) {
         let merge = self.merge.clone();
         let mut dropped = Vec::new();
-        let before: u64;
+        let count_before: u64;
         let after: u64;
         {
             let mut g = pin.write();
             let n = internal_mut(&mut g);
-            before = n.segs.iter().map(|s| s.count as u64).sum();
+            count_before = n.segs.iter().map(|s| s.count as u64).sum();
+            let mergeable = msgs.len() > 1
+                && msgs
+                    .iter()
+                    .all(|m| matches!(m.body, Body::Put(_) | Body::Delete))
+                && msgs.windows(2).all(|w| w[0].key <= w[1].key);
+            let msgs = if mergeable {
+                // Sorted puts and deletes: each child's run is contiguous; merge it in whole.
+                let mut msgs = msgs.into_iter().peekable();
+                while let Some(first) = msgs.next() {
+                    let j = n.child_for(&first.key);
+                    let hi = n.bounds(j).1.map(<[u8]>::to_vec);
+                    let mut run = vec![first];
+                    while let Some(m) = msgs.next_if(|m| before(&m.key, hi.as_deref())) {
+                        run.push(m);
+                    }
+                    dropped.extend(n.segs[j].get_mut().insert_run(run));
+                    n.refresh(j);
+                }
+                Vec::new()
+            } else {
+                msgs
+            };
             for m in msgs {
                 match &m.body {
                     Body::DeleteRange(end) => {
@@ -510,7 +580,7 @@ impl BeTree {
             }
             after = n.segs.iter().map(|s| s.count as u64).sum();
         }
-        self.buffered = self.buffered + after - before;
+        self.buffered = self.buffered + after - count_before;
         self.free_msgs(dropped);
         self.store.mark_dirty(pin);
     }
@@ -544,7 +614,7 @@ impl BeTree {
             let seg = std::mem::replace(&mut n.segs[j], empty_seg());
             self.buffered -= seg.count as u64;
             (
-                seg.data.expect("dirty nodes are resident").into_by_seq(),
+                seg.data.expect("dirty nodes are resident").into_messages(),
                 n.children[j],
             )
         };
@@ -563,8 +633,9 @@ impl BeTree {
 
     // ---- messages into leaves --------------------------------------------------------------
 
-    /// Apply messages (oldest first) to a resident leaf. Only the basements the messages fall
-    /// in are rebuilt (and re-cut to the basement size); the others are kept as they are.
+    /// Apply messages (in an order `route` accepts) to a resident leaf. Only the basements the
+    /// messages fall in are rebuilt (and re-cut to the basement size); the others are kept as
+    /// they are.
     fn apply_to_leaf(&mut self, pin: &Pin<Node>, msgs: Vec<Msg>) -> Result<()> {
         if !msgs.is_empty() && !msgs.iter().any(|m| matches!(m.body, Body::DeleteRange(_))) {
             return self.apply_points_to_leaf(pin, msgs);
@@ -705,30 +776,59 @@ impl BeTree {
             // Every message lands past the basement's last key: push, and re-cut only when
             // the basement outgrows its size (amortised O(1) per sequential insert).
             let (mut b, mut bytes) = (base.data.expect("dirty nodes are resident"), base.bytes);
-            let mut run = run.into_iter().peekable();
-            while let Some(first) = run.next() {
-                let key = first.key.clone();
-                let mut events = vec![first];
-                while run.peek().is_some_and(|m| m.key == key) {
-                    events.push(run.next().expect("peeked"));
-                }
+            for (key, events) in by_key(run) {
                 if let Some(v) = self.settle_key(&key, None, events, Vec::new())? {
                     bytes += entry_len(&key, &v);
                     b.keys.push(key);
                     b.vals.push(v);
                 }
             }
-            if bytes > self.geo.basement {
-                cut(b.keys, b.vals, self.geo.basement)
-            } else {
-                let count = b.keys.len() as u32;
-                vec![(None, Part::new(b, count, bytes))]
+            self.recut(b, bytes, Fill::Greedy)
+        } else if hit.is_empty() && run.len() <= IN_PLACE_MAX {
+            // A few messages: update or insert each entry where it stands. Moving the tail of
+            // the vectors (a memmove) is cheaper than rebuilding the basement entry by entry.
+            let (mut b, mut bytes) = (base.data.expect("dirty nodes are resident"), base.bytes);
+            for (key, events) in by_key(run) {
+                match b.keys.search(&key) {
+                    Ok(j) => {
+                        let old = std::mem::replace(&mut b.vals[j], Val::Inline(Vec::new()));
+                        bytes -= entry_len(&key, &old);
+                        match self.settle_key(&key, Some(old), events, Vec::new())? {
+                            Some(v) => {
+                                bytes += entry_len(&key, &v);
+                                b.vals[j] = v;
+                            }
+                            None => {
+                                b.keys.remove(j);
+                                b.vals.remove(j);
+                            }
+                        }
+                    }
+                    Err(j) => {
+                        if let Some(v) = self.settle_key(&key, None, events, Vec::new())? {
+                            bytes += entry_len(&key, &v);
+                            b.keys.insert(j, key);
+                            b.vals.insert(j, v);
+                        }
+                    }
+                }
             }
+            self.recut(b, bytes, Fill::Even)
         } else {
             let b = base.data.expect("dirty nodes are resident");
             let (keys, vals) = self.apply_to_basement(b, run, hit)?;
-            cut(keys, vals, self.geo.basement)
+            cut(keys, vals, self.geo.basement, Fill::Even)
         })
+    }
+
+    /// A basement of `bytes` as one piece, or cut into several when it outgrew its size.
+    fn recut(&self, b: Basement, bytes: usize, fill: Fill) -> Vec<CutPiece> {
+        if bytes > self.geo.basement {
+            cut(b.keys, b.vals, self.geo.basement, fill)
+        } else {
+            let count = b.keys.len() as u32;
+            vec![(None, Part::new(b, count, bytes))]
+        }
     }
 
     /// One basement's entries after its point messages (sorted by key, then seq) and the range
@@ -896,16 +996,25 @@ impl BeTree {
                 rest
             }
             Node::Internal(n) => {
-                // Children [0, m) keep pivots [0, m-1); pivot m-1 moves up.
-                let m = n.children.len() / 2;
-                let mut pivots = n.pivots.split_off(m - 1);
-                let sep = pivots.remove(0);
-                let right = Internal {
-                    pivots,
-                    children: n.children.split_off(m),
-                    segs: n.segs.split_off(m),
-                };
-                vec![(sep, Node::Internal(right))]
+                // Pieces of about equal child counts, at most `fanout` each, at least two (a
+                // batch can leave a node with more than twice its fanout). Cutting from the
+                // right: children [at, ..) take pivots [at, ..); pivot at-1 moves up.
+                let len = n.children.len();
+                let pieces = len.div_ceil(self.geo.fanout).max(2);
+                let mut out = Vec::with_capacity(pieces - 1);
+                for p in (1..pieces).rev() {
+                    let at = len * p / pieces;
+                    let mut pivots = n.pivots.split_off(at - 1);
+                    let sep = pivots.remove(0);
+                    let right = Internal {
+                        pivots,
+                        children: n.children.split_off(at),
+                        segs: n.segs.split_off(at),
+                    };
+                    out.push((sep, Node::Internal(right)));
+                }
+                out.reverse();
+                out
             }
         }
     }
@@ -1244,6 +1353,59 @@ impl Engine for BeTree {
     fn upsert(&mut self, key: &[u8], operand: &[u8]) -> Result<()> {
         self.merge_op()?;
         self.inject(Body::Upsert(operand.to_vec()), key)
+    }
+
+    /// Random puts and deletes under an internal root: sorted by key and merged into the root's
+    /// segments in one pass per segment (`Segment::insert_run`), then the root settles once.
+    /// Anything else goes one operation at a time: upserts and range deletes, a root that is
+    /// still a leaf, and keys in ascending order, which take the sequential fast path.
+    fn apply_batch(&mut self, ops: &[Op]) -> Result<()> {
+        fn key(op: &Op) -> Option<&[u8]> {
+            match op {
+                Op::Put { key, .. } | Op::Delete { key } => Some(key),
+                _ => None,
+            }
+        }
+        let merge = ops.len() > 1
+            && ops.iter().all(|op| key(op).is_some())
+            && !ops.windows(2).all(|w| key(&w[0]) < key(&w[1]))
+            && !self.store.get(self.root)?.read().is_leaf();
+        if !merge {
+            for op in ops {
+                match op {
+                    Op::Put { key, value } => self.put(key, value)?,
+                    Op::Delete { key } => self.delete(key)?,
+                    Op::Upsert { key, operand } => self.upsert(key, operand)?,
+                    Op::DeleteRange { start, end } => self.delete_range(start, end)?,
+                }
+            }
+            return Ok(());
+        }
+        let mut msgs = Vec::with_capacity(ops.len());
+        for op in ops {
+            let (key, body) = match op {
+                Op::Put { key, value } => (key.clone(), self.put_body(value)?),
+                Op::Delete { key } => (key.clone(), Body::Delete),
+                _ => unreachable!("only puts and deletes are merged"),
+            };
+            msgs.push(Msg {
+                key,
+                seq: self.next_seq,
+                body,
+            });
+            self.next_seq += 1;
+        }
+        // Stable, so each key's messages stay oldest first; by the keys' 8-byte heads first,
+        // which spares most key comparisons.
+        let mut keyed: Vec<(u64, Msg)> = msgs.into_iter().map(|m| (head(&m.key), m)).collect();
+        keyed.sort_by(|(ha, a), (hb, b)| ha.cmp(hb).then_with(|| a.key.cmp(&b.key)));
+        let msgs: Vec<Msg> = keyed.into_iter().map(|(_, m)| m).collect();
+        let root = self.store.get(self.root)?;
+        self.load_all(&root)?;
+        self.route(&root, msgs);
+        self.settle(&root)?;
+        drop(root);
+        self.fix_root()
     }
 
     fn delete_range(&mut self, start: &[u8], end: &[u8]) -> Result<()> {
