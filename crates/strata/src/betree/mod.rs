@@ -1355,10 +1355,10 @@ impl Engine for BeTree {
         self.inject(Body::Upsert(operand.to_vec()), key)
     }
 
-    /// Random puts and deletes under an internal root: sorted by key and merged into the root's
-    /// segments in one pass per segment (`Segment::insert_run`), then the root settles once.
-    /// Anything else goes one operation at a time: upserts and range deletes, a root that is
-    /// still a leaf, and keys in ascending order, which take the sequential fast path.
+    /// Random puts and deletes: sorted by key and merged into the root's segments in one pass
+    /// per segment (`Segment::insert_run`), or applied to the root while it is still a leaf,
+    /// then the root settles once. Anything else goes one operation at a time: upserts and
+    /// range deletes, and keys in ascending order, which take the sequential fast path.
     fn apply_batch(&mut self, ops: &[Op]) -> Result<()> {
         fn key(op: &Op) -> Option<&[u8]> {
             match op {
@@ -1368,8 +1368,7 @@ impl Engine for BeTree {
         }
         let merge = ops.len() > 1
             && ops.iter().all(|op| key(op).is_some())
-            && !ops.windows(2).all(|w| key(&w[0]) < key(&w[1]))
-            && !self.store.get(self.root)?.read().is_leaf();
+            && !ops.windows(2).all(|w| key(&w[0]) < key(&w[1]));
         if !merge {
             for op in ops {
                 match op {
@@ -1402,8 +1401,13 @@ impl Engine for BeTree {
         let msgs: Vec<Msg> = keyed.into_iter().map(|(_, m)| m).collect();
         let root = self.store.get(self.root)?;
         self.load_all(&root)?;
-        self.route(&root, msgs);
-        self.settle(&root)?;
+        let is_leaf = root.read().is_leaf();
+        if is_leaf {
+            self.apply_to_leaf(&root, msgs)?;
+        } else {
+            self.route(&root, msgs);
+            self.settle(&root)?;
+        }
         drop(root);
         self.fix_root()
     }
