@@ -108,6 +108,11 @@ impl WriteBatch {
         &self.ops
     }
 
+    /// The operations, for an engine to take apart.
+    pub fn into_ops(self) -> Vec<Op> {
+        self.ops
+    }
+
     pub fn len(&self) -> usize {
         self.ops.len()
     }

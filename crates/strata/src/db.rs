@@ -60,8 +60,8 @@ pub struct Db {
     _lock: EnvLock,
 }
 
-fn apply(engine: &mut dyn Engine, batch: &WriteBatch) -> Result<()> {
-    engine.apply_batch(batch.ops())
+fn apply(engine: &mut dyn Engine, batch: WriteBatch) -> Result<()> {
+    engine.apply_batch(batch.into_ops())
 }
 
 fn open_engine(
@@ -195,7 +195,7 @@ impl Db {
                 let batch = WriteBatch::decode(r.payload).map_err(|what| {
                     Error::corruption(&wal_name, r.offset, format!("log record: {what}"))
                 })?;
-                apply(&mut *engine, &batch)?;
+                apply(&mut *engine, batch)?;
                 engine.settle()
             }
             // The log continues a checkpoint newer than the superblock we found: the newer
@@ -301,17 +301,16 @@ impl Db {
                 // The log syncs on its own thread while the batch is applied below.
                 self.wal.request_sync(seq);
             }
-            if let Err(e) = apply(&mut *st.engine, &batch).and_then(|_| st.engine.settle()) {
+            let (ops, logical) = (batch.len() as u64, batch.logical_bytes());
+            if let Err(e) = apply(&mut *st.engine, batch).and_then(|_| st.engine.settle()) {
                 // Memory may hold part of the batch; the log must not, or every reopen would
                 // replay into the same failure. The batch was never acknowledged.
                 let _ = self.wal.retract(at, seq);
                 return Err(self.poisoned(e));
             }
             self.counters.batches.fetch_add(1, Relaxed);
-            self.counters.ops.fetch_add(batch.len() as u64, Relaxed);
-            self.counters
-                .logical_bytes
-                .fetch_add(batch.logical_bytes(), Relaxed);
+            self.counters.ops.fetch_add(ops, Relaxed);
+            self.counters.logical_bytes.fetch_add(logical, Relaxed);
             if self.wal.size() >= self.opts.checkpoint_wal_bytes {
                 self.checkpoint_locked(&mut st)?;
             }

@@ -21,8 +21,8 @@ pub trait Engine: Send {
     fn delete_range(&mut self, start: &[u8], end: &[u8]) -> Result<()>;
     /// Apply a batch's operations as if one by one, in order. An engine that gains from seeing
     /// the whole batch at once (the Bε-tree merges it into its root) overrides this.
-    fn apply_batch(&mut self, ops: &[Op]) -> Result<()> {
-        for op in ops {
+    fn apply_batch(&mut self, ops: Vec<Op>) -> Result<()> {
+        for op in &ops {
             match op {
                 Op::Put { key, value } => self.put(key, value)?,
                 Op::Delete { key } => self.delete(key)?,

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
-use msg::{Body, Msg, Segment, EMPTY_SEGMENT};
+use msg::{Body, Msg, Scratch, Segment, EMPTY_SEGMENT};
 use node::{entry_len, read_part, read_whole, Basement, Internal, Leaf, Node, Part};
 
 use crate::batch::Op;
@@ -141,6 +141,7 @@ pub struct BeTree {
     blobs: u64,
     /// Messages in all segments.
     buffered: u64,
+    scratch: Scratch,
 }
 
 fn internal(n: &Node) -> &Internal {
@@ -328,6 +329,7 @@ impl BeTree {
             internals: 0,
             blobs: 0,
             buffered: 0,
+            scratch: Scratch::default(),
         };
         t.checkpoint(0)?;
         Ok(t)
@@ -375,6 +377,7 @@ impl BeTree {
             internals: u64_at(58),
             blobs: u64_at(66),
             buffered: u64_at(74),
+            scratch: Scratch::default(),
         })
     }
 
@@ -542,7 +545,7 @@ impl BeTree {
                     while let Some(m) = msgs.next_if(|m| before(&m.key, hi.as_deref())) {
                         run.push(m);
                     }
-                    dropped.extend(n.segs[j].get_mut().insert_run(run));
+                    dropped.extend(n.segs[j].get_mut().insert_run(run, &mut self.scratch));
                     n.refresh(j);
                 }
                 Vec::new()
@@ -899,13 +902,22 @@ impl BeTree {
             self.live_keys -= 1;
             self.live_bytes -= (key.len() + v.logical_len()) as u64;
         }
-        let mut order: Vec<(u64, Option<Msg>)> =
-            events.into_iter().map(|m| (m.seq, Some(m))).collect();
-        order.extend(covering.into_iter().map(|s| (s, None)));
-        order.sort_by_key(|e| e.0);
+        // Events come oldest first; range deletes (rare) are interleaved by sequence number.
+        let bodies: Box<dyn Iterator<Item = Body>> = if covering.is_empty() {
+            Box::new(events.into_iter().map(|m| m.body))
+        } else {
+            let mut order: Vec<(u64, Option<Msg>)> =
+                events.into_iter().map(|m| (m.seq, Some(m))).collect();
+            order.extend(covering.into_iter().map(|s| (s, None)));
+            order.sort_by_key(|e| e.0);
+            Box::new(
+                order
+                    .into_iter()
+                    .map(|(_, m)| m.map_or(Body::Delete, |m| m.body)),
+            )
+        };
         let mut cur = base;
-        for (_, m) in order {
-            let body = m.map_or(Body::Delete, |m| m.body);
+        for body in bodies {
             match body {
                 Body::Put(v) => {
                     if let Some(old) = cur.replace(v) {
@@ -1359,7 +1371,7 @@ impl Engine for BeTree {
     /// per segment (`Segment::insert_run`), or applied to the root while it is still a leaf,
     /// then the root settles once. Anything else goes one operation at a time: upserts and
     /// range deletes, and keys in ascending order, which take the sequential fast path.
-    fn apply_batch(&mut self, ops: &[Op]) -> Result<()> {
+    fn apply_batch(&mut self, ops: Vec<Op>) -> Result<()> {
         fn key(op: &Op) -> Option<&[u8]> {
             match op {
                 Op::Put { key, .. } | Op::Delete { key } => Some(key),
@@ -1370,7 +1382,7 @@ impl Engine for BeTree {
             && ops.iter().all(|op| key(op).is_some())
             && !ops.windows(2).all(|w| key(&w[0]) < key(&w[1]));
         if !merge {
-            for op in ops {
+            for op in &ops {
                 match op {
                     Op::Put { key, value } => self.put(key, value)?,
                     Op::Delete { key } => self.delete(key)?,
@@ -1383,8 +1395,8 @@ impl Engine for BeTree {
         let mut msgs = Vec::with_capacity(ops.len());
         for op in ops {
             let (key, body) = match op {
-                Op::Put { key, value } => (key.clone(), self.put_body(value)?),
-                Op::Delete { key } => (key.clone(), Body::Delete),
+                Op::Put { key, value } => (key, Body::Put(self.make_val(value)?)),
+                Op::Delete { key } => (key, Body::Delete),
                 _ => unreachable!("only puts and deletes are merged"),
             };
             msgs.push(Msg {
@@ -1394,11 +1406,23 @@ impl Engine for BeTree {
             });
             self.next_seq += 1;
         }
-        // Stable, so each key's messages stay oldest first; by the keys' 8-byte heads first,
-        // which spares most key comparisons.
-        let mut keyed: Vec<(u64, Msg)> = msgs.into_iter().map(|m| (head(&m.key), m)).collect();
-        keyed.sort_by(|(ha, a), (hb, b)| ha.cmp(hb).then_with(|| a.key.cmp(&b.key)));
-        let msgs: Vec<Msg> = keyed.into_iter().map(|(_, m)| m).collect();
+        // By key, each key's messages oldest first (their batch order). Sorting small (head,
+        // position) pairs, keys compared only when heads tie, moves far less than the messages.
+        let mut order: Vec<(u64, u32)> = msgs
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (head(&m.key), i as u32))
+            .collect();
+        order.sort_unstable_by(|&(ha, a), &(hb, b)| {
+            ha.cmp(&hb)
+                .then_with(|| msgs[a as usize].key.cmp(&msgs[b as usize].key))
+                .then(a.cmp(&b))
+        });
+        let mut slots: Vec<Option<Msg>> = msgs.into_iter().map(Some).collect();
+        let msgs: Vec<Msg> = order
+            .into_iter()
+            .map(|(_, i)| slots[i as usize].take().expect("each position once"))
+            .collect();
         let root = self.store.get(self.root)?;
         self.load_all(&root)?;
         let is_leaf = root.read().is_leaf();

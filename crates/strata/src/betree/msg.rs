@@ -116,6 +116,13 @@ impl Msg {
 /// An empty segment's encoded size: two counts.
 pub const EMPTY_SEGMENT: usize = 8;
 
+/// Spare vectors for `Segment::insert_run`.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    points: Vec<Msg>,
+    heads: Vec<u64>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Segment {
     points: Vec<Msg>,
@@ -245,16 +252,22 @@ impl Segment {
     /// Add puts and deletes, all newer than every message here, sorted by key (each key's
     /// oldest first), in one merge; returns the messages they made obsolete. The same as
     /// inserting them one by one, without moving the segment's tail for each.
-    pub fn insert_run(&mut self, run: Vec<Msg>) -> Vec<Msg> {
+    /// `scratch` lends the vectors merged into and takes back the emptied old ones, so that a
+    /// merge allocates nothing once the scratch has grown to a segment's size.
+    pub fn insert_run(&mut self, run: Vec<Msg>, scratch: &mut Scratch) -> Vec<Msg> {
         debug_assert!(run
             .iter()
             .all(|m| matches!(m.body, Body::Put(_) | Body::Delete)));
         let mut dropped = Vec::new();
-        let old_points = std::mem::take(&mut self.points);
-        let old_heads = std::mem::take(&mut self.heads);
-        self.points.reserve(old_points.len() + run.len());
-        self.heads.reserve(old_points.len() + run.len());
-        let mut old = old_points.into_iter().zip(old_heads).peekable();
+        let n = self.points.len() + run.len();
+        let mut old_points =
+            std::mem::replace(&mut self.points, std::mem::take(&mut scratch.points));
+        let mut old_heads = std::mem::replace(&mut self.heads, std::mem::take(&mut scratch.heads));
+        self.points.clear();
+        self.heads.clear();
+        self.points.reserve(n);
+        self.heads.reserve(n);
+        let mut old = old_points.drain(..).zip(old_heads.drain(..)).peekable();
         let mut run = run.into_iter().peekable();
         while let Some(mut m) = run.next() {
             // Of one key's new messages only the newest stays.
@@ -278,6 +291,8 @@ impl Segment {
             self.points.push(o);
             self.heads.push(oh);
         }
+        scratch.points = old_points;
+        scratch.heads = old_heads;
         dropped
     }
 
@@ -445,7 +460,7 @@ mod tests {
                 .collect();
             run.sort_by(|a, b| a.key.cmp(&b.key));
             let mut merged = base.clone();
-            let mut dropped_merged = merged.insert_run(run.clone());
+            let mut dropped_merged = merged.insert_run(run.clone(), &mut Scratch::default());
             let mut one_by_one = base;
             let mut dropped_one = Vec::new();
             for m in run {
