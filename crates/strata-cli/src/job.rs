@@ -24,12 +24,12 @@ use crate::Failure;
 
 /// Profile, tune, and run the experiments on every engine; write a report (Markdown and HTML)
 ///
-/// The default takes about 10 minutes here; --quick about 2. Scratch databases and the profile's
-/// scratch file go in --dir and are removed.
+/// The default takes about 4 minutes here; --quick under a minute. Scratch databases and the
+/// profile's scratch file go in --dir and are removed.
 #[derive(Args)]
 #[command(after_help = SIZE_HELP)]
 pub struct ReportArgs {
-    /// Small sizes everywhere: done in about 2 minutes
+    /// Small sizes everywhere: done in under a minute
     #[arg(long)]
     quick: bool,
     /// Where the report goes
