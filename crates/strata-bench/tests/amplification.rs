@@ -288,7 +288,8 @@ impl Store for TappedStore {
 #[test]
 fn strata_counts_exactly_the_bytes_its_devices_receive() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let engines: [(&str, fn() -> Options); 2] = [
+    type MakeOptions = fn() -> Options;
+    let engines: [(&str, MakeOptions); 2] = [
         ("btree", || Options::default().btree(16 << 10)),
         ("betree", || {
             Options::default().betree(256 << 10, 8, 16 << 10)
