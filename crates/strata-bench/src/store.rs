@@ -145,18 +145,23 @@ impl Engine for Strata {
     }
 }
 
+/// The harness's writes as one strata batch.
+pub fn strata_batch(batch: &[Write]) -> WriteBatch {
+    let mut b = WriteBatch::new();
+    for w in batch {
+        match &w.value {
+            Some(v) => b.put(&w.key, v),
+            None => b.delete(&w.key),
+        };
+    }
+    b
+}
+
 struct StrataStore(Db);
 
 impl Store for StrataStore {
     fn write(&mut self, batch: &[Write]) -> Result<()> {
-        let mut b = WriteBatch::new();
-        for w in batch {
-            match &w.value {
-                Some(v) => b.put(&w.key, v),
-                None => b.delete(&w.key),
-            };
-        }
-        Ok(self.0.write(b)?)
+        Ok(self.0.write(strata_batch(batch))?)
     }
 
     fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {

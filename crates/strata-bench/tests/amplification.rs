@@ -17,11 +17,11 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
 use strata::storage::{Device, Env, EnvLock, FileKind, SimEnv};
-use strata::{Db, Options, WriteBatch};
+use strata::{Db, Options};
 use strata_bench::gen::Order;
 use strata_bench::rum;
 use strata_bench::runner::{self, RunResult};
-use strata_bench::store::{Config, Engine, Result, Store, Write};
+use strata_bench::store::{self, Config, Engine, Result, Store, Write};
 use strata_bench::workload::{Phase, Spec};
 
 const RECORDS: u64 = 20_000;
@@ -253,14 +253,7 @@ impl Engine for TappedStrata {
 
 impl Store for TappedStore {
     fn write(&mut self, batch: &[Write]) -> Result<()> {
-        let mut b = WriteBatch::new();
-        for w in batch {
-            match &w.value {
-                Some(v) => b.put(&w.key, v),
-                None => b.delete(&w.key),
-            };
-        }
-        Ok(self.db.write(b)?)
+        Ok(self.db.write(store::strata_batch(batch))?)
     }
     fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         Ok(match self.db.get(key)? {

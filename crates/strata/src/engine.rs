@@ -10,6 +10,19 @@ use crate::error::{Error, Result};
 use crate::merge::MergeOperator;
 use crate::storage::{CacheStats, Device};
 
+/// Apply operations one by one, in order.
+pub(crate) fn apply_each<E: Engine + ?Sized>(engine: &mut E, ops: &[Op]) -> Result<()> {
+    for op in ops {
+        match op {
+            Op::Put { key, value } => engine.put(key, value)?,
+            Op::Delete { key } => engine.delete(key)?,
+            Op::Upsert { key, operand } => engine.upsert(key, operand)?,
+            Op::DeleteRange { start, end } => engine.delete_range(start, end)?,
+        }
+    }
+    Ok(())
+}
+
 pub trait Engine: Send {
     fn name(&self) -> &'static str;
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>>;
@@ -22,15 +35,7 @@ pub trait Engine: Send {
     /// Apply a batch's operations as if one by one, in order. An engine that gains from seeing
     /// the whole batch at once (the Bε-tree merges it into its root) overrides this.
     fn apply_batch(&mut self, ops: Vec<Op>) -> Result<()> {
-        for op in &ops {
-            match op {
-                Op::Put { key, value } => self.put(key, value)?,
-                Op::Delete { key } => self.delete(key)?,
-                Op::Upsert { key, operand } => self.upsert(key, operand)?,
-                Op::DeleteRange { start, end } => self.delete_range(start, end)?,
-            }
-        }
-        Ok(())
+        apply_each(self, &ops)
     }
     /// Append to `out` up to `limit` entries within (`lo`, `hi`), ascending or (with `reverse`)
     /// descending from the corresponding end. Iterators page through a range with this.

@@ -31,7 +31,7 @@ use crate::batch::Op;
 use crate::btree::keys::{head, Keys};
 use crate::btree::node::shortest_separator;
 use crate::btree::{read_value, Val};
-use crate::engine::{merge_operator, next_cursor, CheckReport, Engine, EngineStats};
+use crate::engine::{apply_each, merge_operator, next_cursor, CheckReport, Engine, EngineStats};
 use crate::error::{Error, Result};
 use crate::merge::MergeOperator;
 use crate::storage::block::kind;
@@ -1382,15 +1382,7 @@ impl Engine for BeTree {
             && ops.iter().all(|op| key(op).is_some())
             && !ops.windows(2).all(|w| key(&w[0]) < key(&w[1]));
         if !merge {
-            for op in &ops {
-                match op {
-                    Op::Put { key, value } => self.put(key, value)?,
-                    Op::Delete { key } => self.delete(key)?,
-                    Op::Upsert { key, operand } => self.upsert(key, operand)?,
-                    Op::DeleteRange { start, end } => self.delete_range(start, end)?,
-                }
-            }
-            return Ok(());
+            return apply_each(self, &ops);
         }
         let mut msgs = Vec::with_capacity(ops.len());
         for op in ops {
