@@ -446,4 +446,33 @@ mod tests {
         .unwrap();
         assert_eq!(kinds, vec![(Kind::Checkpoint, 1), (Kind::Batch, 2)]);
     }
+
+    #[test]
+    fn a_requested_sync_runs_on_the_sync_thread_without_a_waiter() {
+        let (dev, w) = new_log();
+        w.append(Kind::Batch, 1, b"a").unwrap();
+        w.request_sync(1);
+        // Nobody waits: the sync thread alone must make the record durable.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            // What a power cut would leave: the durable image, replayed on a fresh device.
+            let copy = Arc::new(SimDevice::new(
+                "copy",
+                SimDisk::new(Default::default(), 0.0),
+            ));
+            copy.write_at(&dev.durable_contents(), 0).unwrap();
+            if replay(&copy, 0).unwrap().len() == 1 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "never synced");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // A request for a record that was taken back is dropped, not chased forever.
+        w.append(Kind::Batch, 2, b"b").unwrap();
+        let off = w.size() - (HEADER as u64 + 1);
+        w.retract(off, 2).unwrap();
+        w.request_sync(2);
+        w.sync_through(1).unwrap();
+        drop(w); // joins the sync thread
+    }
 }

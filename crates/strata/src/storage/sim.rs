@@ -483,6 +483,11 @@ impl SimDevice {
         self.images().current.clone()
     }
 
+    /// A copy of what a power cut now would leave: the contents as of the last sync.
+    pub fn durable_contents(&self) -> Vec<u8> {
+        self.images().durable.clone()
+    }
+
     /// Read several ranges as IOs outstanding at the same time (as from that many threads): the
     /// virtual clock advances once, by the batch cost of the disk's model. Each IO still meets
     /// the fault plan.
