@@ -109,22 +109,15 @@ fn panel(out: &mut String, r: &Report, op: Op, ox: f64) {
         y = (t + b) / 2.0
     );
     // 1-2-5 ticks on y, node-size ticks on x.
-    let mut d = 10f64.powf(p.y.0.log10().floor());
-    while d <= p.y.1 {
-        for m in [1.0, 2.0, 5.0] {
-            let v = d * m;
-            if v >= p.y.0 && v <= p.y.1 {
-                let y = p.py(v);
-                let _ = writeln!(
-                    out,
-                    r##"<line x1="{l}" y1="{y:.1}" x2="{rt}" y2="{y:.1}" stroke="#e4e4e4"/><text x="{}" y="{:.1}" text-anchor="end" font-size="10">{}</text>"##,
-                    l - 4.0,
-                    y + 3.0,
-                    us_label(v)
-                );
-            }
-        }
-        d *= 10.0;
+    for v in strata::profile::plot::log_ticks(p.y.0, p.y.1) {
+        let y = p.py(v);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{l}" y1="{y:.1}" x2="{rt}" y2="{y:.1}" stroke="#e4e4e4"/><text x="{}" y="{:.1}" text-anchor="end" font-size="10">{}</text>"##,
+            l - 4.0,
+            y + 3.0,
+            us_label(v)
+        );
     }
     let mut x = r.config.min_node;
     while x <= largest {

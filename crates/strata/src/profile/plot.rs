@@ -93,24 +93,32 @@ fn frame(out: &mut String, p: &Panel, title: &str, xlabel: &str, ylabel: &str) {
         p.ox + 16.0,
         (t + b) / 2.0
     );
-    // Decade ticks on y.
-    let mut d = 10f64.powf(p.y.0.log10().floor());
-    while d <= p.y.1 {
+    for v in log_ticks(p.y.0, p.y.1) {
+        let y = p.py(v);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{l}" y1="{y:.1}" x2="{r}" y2="{y:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end" font-size="10">{}</text>"##,
+            l - 4.0,
+            y + 3.0,
+            time_label(v)
+        );
+    }
+}
+
+/// Tick values for a log axis over [lo, hi]: 1, 2 and 5 times each power of ten in range.
+pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let mut ticks = Vec::new();
+    let mut d = 10f64.powf(lo.log10().floor());
+    while d <= hi {
         for m in [1.0, 2.0, 5.0] {
             let v = d * m;
-            if v >= p.y.0 && v <= p.y.1 {
-                let y = p.py(v);
-                let _ = writeln!(
-                    out,
-                    r##"<line x1="{l}" y1="{y:.1}" x2="{r}" y2="{y:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end" font-size="10">{}</text>"##,
-                    l - 4.0,
-                    y + 3.0,
-                    time_label(v)
-                );
+            if v >= lo && v <= hi {
+                ticks.push(v);
             }
         }
         d *= 10.0;
     }
+    ticks
 }
 
 fn polyline(out: &mut String, pts: &[(f64, f64)], style: &str) {
