@@ -30,6 +30,10 @@ impl<'a> Reader<'a> {
     pub fn u64(&mut self) -> Result<u64, String> {
         Ok(u64::from_le_bytes(self.bytes(8)?.try_into().unwrap()))
     }
+    /// Bytes read so far.
+    pub fn position(&self) -> usize {
+        self.at
+    }
     pub fn finish(&self) -> Result<(), String> {
         if self.at == self.p.len() {
             Ok(())

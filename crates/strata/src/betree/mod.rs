@@ -17,6 +17,7 @@
 //! - values longer than `inline_max` live in blob blocks, freed when a newer message or a leaf
 //!   update makes them unreachable.
 
+mod basement;
 mod msg;
 mod node;
 
@@ -24,8 +25,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
+use basement::{Basement, ValRef};
 use msg::{Body, Msg, Scratch, Segment, EMPTY_SEGMENT};
-use node::{entry_len, read_part, read_whole, Basement, Internal, Leaf, Node, Part};
+use node::{read_part, read_whole, Internal, Leaf, Node, Part};
 
 use crate::batch::Op;
 use crate::btree::keys::{head, Keys};
@@ -173,16 +175,15 @@ fn before(key: &[u8], hi: Option<&[u8]>) -> bool {
     hi.is_none_or(|h| key < h)
 }
 
-/// Part of a leaf being split: the separator before it and its entries.
-#[derive(Default)]
-struct Piece {
-    sep: Vec<u8>,
-    keys: Keys,
-    vals: Vec<Val>,
-}
-
 /// Runs of at most this many point messages are applied to a basement in place.
 const IN_PLACE_MAX: usize = 16;
+
+/// A key's value while its messages are applied: the basement's entry until a message
+/// replaces it (`new` is then `Some`, holding `None` once deleted).
+struct Current<'a> {
+    base: Option<ValRef<'a>>,
+    new: Option<Option<Val>>,
+}
 
 /// Point messages sorted by key (then seq) as (key, that key's messages oldest first).
 fn by_key(run: Vec<Msg>) -> impl Iterator<Item = (Vec<u8>, Vec<Msg>)> {
@@ -212,68 +213,60 @@ enum Fill {
     Even,
 }
 
-/// Cut sorted entries into basements of at most `target` bytes (at least one entry each,
-/// and one empty basement for no entries): each with the separator before it, `None` for the
-/// first. The vectors are split in place, never rebuilt entry by entry.
-fn cut(keys: Keys, vals: Vec<Val>, target: usize, fill: Fill) -> Vec<CutPiece> {
-    let lens: Vec<usize> = keys
-        .iter()
-        .zip(&vals)
-        .map(|(k, v)| entry_len(k, v))
-        .collect();
-    let total = 4 + lens.iter().sum::<usize>();
+/// Cut a basement into basements of at most `target` bytes (at least one entry each, and one
+/// empty basement for no entries): each with the separator before it, `None` for the first.
+/// The entries move in blocks (`Basement::split_off`), never one by one.
+fn cut(b: Basement, target: usize, fill: Fill) -> Vec<CutPiece> {
+    let total = b.encoded_len();
     if total <= target {
-        // The common case after a flush: one piece, the vectors kept as they are.
-        let count = keys.len() as u32;
-        return vec![(None, Part::new(Basement { keys, vals }, count, total))];
+        // The common case after a flush: one piece, kept as it is.
+        let count = b.len() as u32;
+        return vec![(None, Part::new(b, count, total))];
     }
     let close_at = match fill {
         Fill::Greedy => target,
         Fill::Even => total.div_ceil(total.div_ceil(target)),
     };
-    // Where each piece after the first starts, and every piece's bytes.
-    let (mut starts, mut sizes, mut bytes) = (Vec::new(), Vec::new(), 4);
-    for (i, &len) in lens.iter().enumerate() {
+    // Where each piece after the first starts.
+    let (mut starts, mut bytes) = (Vec::new(), 4);
+    for i in 0..b.len() {
+        let len = b.entry_bytes(i);
         if i > 0 && (bytes + len > target || bytes >= close_at) {
             starts.push(i);
-            sizes.push(bytes);
             bytes = 4;
         }
         bytes += len;
     }
-    sizes.push(bytes);
-    let (mut keys, mut vals) = (keys, vals);
+    let mut rest = b;
     let mut tails = Vec::with_capacity(starts.len());
     for &at in starts.iter().rev() {
-        tails.push((keys.split_off(at), vals.split_off(at)));
+        tails.push(rest.split_off(at));
     }
-    let mut out: Vec<CutPiece> = Vec::with_capacity(sizes.len());
-    let mut prev = Basement { keys, vals };
+    rest.shrink();
+    let mut out: Vec<CutPiece> = Vec::with_capacity(starts.len() + 1);
+    let mut prev = rest;
     let mut sep = None;
-    for ((keys, vals), size) in tails.into_iter().rev().zip(&sizes) {
+    for next in tails.into_iter().rev() {
         let next_sep = shortest_separator(
-            prev.keys.last().expect("pieces are not empty"),
-            keys.first().expect("pieces are not empty"),
+            prev.last_key().expect("pieces are not empty"),
+            next.first_key().expect("pieces are not empty"),
         );
-        let count = prev.keys.len() as u32;
-        out.push((sep.replace(next_sep), Part::new(prev, count, *size)));
-        prev = Basement { keys, vals };
+        let (count, size) = (prev.len() as u32, prev.encoded_len());
+        out.push((sep.replace(next_sep), Part::new(prev, count, size)));
+        prev = next;
     }
-    let count = prev.keys.len() as u32;
-    out.push((
-        sep,
-        Part::new(prev, count, *sizes.last().expect("one size per piece")),
-    ));
+    let (count, size) = (prev.len() as u32, prev.encoded_len());
+    out.push((sep, Part::new(prev, count, size)));
     out
 }
 
 /// A whole leaf from sorted entries.
-fn cut_basements(keys: Keys, vals: Vec<Val>, target: usize) -> Leaf {
+fn cut_basements(entries: Basement, target: usize) -> Leaf {
     let mut leaf = Leaf {
         pivots: Keys::default(),
         bases: Vec::new(),
     };
-    for (sep, part) in cut(keys, vals, target, Fill::Even) {
+    for (sep, part) in cut(entries, target, Fill::Even) {
         if let Some(sep) = sep {
             leaf.pivots.push(sep);
         }
@@ -292,15 +285,47 @@ fn merge_small_basements(l: &mut Leaf, target: usize) {
             let right = l.bases.remove(i + 1).data.expect("resident");
             l.pivots.remove(i);
             let left = &mut l.bases[i];
-            let mut keys = right.keys;
-            left.get_mut().keys.append(&mut keys);
-            left.get_mut().vals.extend(right.vals);
+            left.get_mut().append(&right);
             left.bytes = a + b - 4;
-            left.count = left.get().keys.len() as u32;
+            left.count = left.get().len() as u32;
         } else {
             i += 1;
         }
     }
+}
+
+/// Split a leaf between basements into `pieces` leaves of about `target` bytes: whole
+/// basements move, nothing is re-encoded, and each piece's separator is the pivot that stood
+/// between its basements (the first separator is empty).
+fn split_leaf_at_basements(l: &mut Leaf, pieces: usize, target: usize) -> Vec<(Vec<u8>, Leaf)> {
+    let (mut starts, mut bytes) = (Vec::new(), 0);
+    for (i, b) in l.bases.iter().enumerate() {
+        // Leave at least one basement for every piece still to come.
+        let room = l.bases.len() - i >= pieces - starts.len() - 1;
+        if bytes >= target && i > 0 && starts.len() + 1 < pieces && room {
+            starts.push(i);
+            bytes = 0;
+        }
+        bytes += b.bytes;
+    }
+    let mut out = Vec::with_capacity(starts.len() + 1);
+    for &at in starts.iter().rev() {
+        let mut bases = l.bases.split_off(at);
+        // The moved basements belong to a node not yet written: nothing of theirs is on disk.
+        bases.iter_mut().for_each(|b| b.loc = None);
+        let mut pivots = l.pivots.split_off(at - 1);
+        let sep = pivots.remove(0);
+        out.push((sep, Leaf { pivots, bases }));
+    }
+    out.push((
+        Vec::new(),
+        Leaf {
+            pivots: std::mem::take(&mut l.pivots),
+            bases: std::mem::take(&mut l.bases),
+        },
+    ));
+    out.reverse();
+    out
 }
 
 impl BeTree {
@@ -313,7 +338,7 @@ impl BeTree {
     ) -> Result<BeTree> {
         geo.check()?;
         let mut store = NodeStore::new(pager, cache_bytes);
-        let leaf = cut_basements(Keys::default(), Vec::new(), geo.basement);
+        let leaf = cut_basements(Basement::default(), geo.basement);
         let root = store.create(Node::Leaf(leaf))?.id();
         let mut t = BeTree {
             store,
@@ -462,6 +487,13 @@ impl BeTree {
         read_value(self.store.pager(), v)
     }
 
+    fn read_ref(&self, v: ValRef) -> Result<Vec<u8>> {
+        match v {
+            ValRef::Inline(b) => Ok(b.to_vec()),
+            ValRef::Blob { .. } => self.read_val(&v.to_val()),
+        }
+    }
+
     fn make_val(&mut self, bytes: Vec<u8>) -> Result<Val> {
         if bytes.len() <= self.geo.inline_max() {
             return Ok(Val::Inline(bytes));
@@ -496,7 +528,12 @@ impl BeTree {
     }
 
     /// The value of `key` after applying `events` (seq order) to `base`: read-only.
-    fn resolve(&self, key: &[u8], base: Option<&Val>, events: &[&Msg]) -> Result<Option<Vec<u8>>> {
+    fn resolve(
+        &self,
+        key: &[u8],
+        base: Option<ValRef>,
+        events: &[&Msg],
+    ) -> Result<Option<Vec<u8>>> {
         // Start from the last message that sets the value outright; upserts after it stack.
         let from = events
             .iter()
@@ -506,7 +543,7 @@ impl BeTree {
                 Body::Put(v) => Some(self.read_val(v)?),
                 _ => None,
             },
-            None => base.map(|v| self.read_val(v)).transpose()?,
+            None => base.map(|v| self.read_ref(v)).transpose()?,
         };
         for m in &events[from.map_or(0, |i| i + 1)..] {
             if let Body::Upsert(op) = &m.body {
@@ -769,8 +806,7 @@ impl BeTree {
         let appends = hit.is_empty()
             && run.first().is_some_and(|m| {
                 base.get()
-                    .keys
-                    .last()
+                    .last_key()
                     .is_none_or(|last| last < m.key.as_slice())
             });
         Ok(if run.is_empty() && hit.is_empty() {
@@ -778,58 +814,44 @@ impl BeTree {
         } else if appends {
             // Every message lands past the basement's last key: push, and re-cut only when
             // the basement outgrows its size (amortised O(1) per sequential insert).
-            let (mut b, mut bytes) = (base.data.expect("dirty nodes are resident"), base.bytes);
+            let mut b = base.data.expect("dirty nodes are resident");
             for (key, events) in by_key(run) {
                 if let Some(v) = self.settle_key(&key, None, events, Vec::new())? {
-                    bytes += entry_len(&key, &v);
-                    b.keys.push(key);
-                    b.vals.push(v);
+                    b.push(&key, &v);
                 }
             }
-            self.recut(b, bytes, Fill::Greedy)
+            self.recut(b, Fill::Greedy)
         } else if hit.is_empty() && run.len() <= IN_PLACE_MAX {
             // A few messages: update or insert each entry where it stands. Moving the tail of
-            // the vectors (a memmove) is cheaper than rebuilding the basement entry by entry.
-            let (mut b, mut bytes) = (base.data.expect("dirty nodes are resident"), base.bytes);
+            // the basement (a memmove) is cheaper than rebuilding it.
+            let mut b = base.data.expect("dirty nodes are resident");
             for (key, events) in by_key(run) {
-                match b.keys.search(&key) {
-                    Ok(j) => {
-                        let old = std::mem::replace(&mut b.vals[j], Val::Inline(Vec::new()));
-                        bytes -= entry_len(&key, &old);
-                        match self.settle_key(&key, Some(old), events, Vec::new())? {
-                            Some(v) => {
-                                bytes += entry_len(&key, &v);
-                                b.vals[j] = v;
-                            }
-                            None => {
-                                b.keys.remove(j);
-                                b.vals.remove(j);
-                            }
-                        }
-                    }
+                match b.search(&key) {
+                    Ok(j) => match self.settle_key(&key, Some(b.val(j)), events, Vec::new())? {
+                        Some(v) => b.set(j, &v),
+                        None => b.remove(j),
+                    },
                     Err(j) => {
                         if let Some(v) = self.settle_key(&key, None, events, Vec::new())? {
-                            bytes += entry_len(&key, &v);
-                            b.keys.insert(j, key);
-                            b.vals.insert(j, v);
+                            b.insert(j, &key, &v);
                         }
                     }
                 }
             }
-            self.recut(b, bytes, Fill::Even)
+            self.recut(b, Fill::Even)
         } else {
             let b = base.data.expect("dirty nodes are resident");
-            let (keys, vals) = self.apply_to_basement(b, run, hit)?;
-            cut(keys, vals, self.geo.basement, Fill::Even)
+            let merged = self.apply_to_basement(b, run, hit)?;
+            cut(merged, self.geo.basement, Fill::Even)
         })
     }
 
-    /// A basement of `bytes` as one piece, or cut into several when it outgrew its size.
-    fn recut(&self, b: Basement, bytes: usize, fill: Fill) -> Vec<CutPiece> {
-        if bytes > self.geo.basement {
-            cut(b.keys, b.vals, self.geo.basement, fill)
+    /// A basement as one piece, or cut into several when it outgrew its size.
+    fn recut(&self, b: Basement, fill: Fill) -> Vec<CutPiece> {
+        if b.encoded_len() > self.geo.basement {
+            cut(b, self.geo.basement, fill)
         } else {
-            let count = b.keys.len() as u32;
+            let (count, bytes) = (b.len() as u32, b.encoded_len());
             vec![(None, Part::new(b, count, bytes))]
         }
     }
@@ -841,109 +863,135 @@ impl BeTree {
         b: Basement,
         run: Vec<Msg>,
         ranges: &[&Msg],
-    ) -> Result<(Keys, Vec<Val>)> {
-        // Compare by the keys' 8-byte heads first: the old entries' keys are moved, not read,
-        // unless a message ties with them.
-        let mut keys = Keys::with_capacity(b.keys.len() + run.len());
-        let mut vals = Vec::with_capacity(b.keys.len() + run.len());
-        let (old_keys, old_heads) = b.keys.into_parts();
-        let mut old = old_keys.into_iter().zip(old_heads).zip(b.vals).peekable();
-        let mut pts = run.into_iter().map(|m| (head(&m.key), m)).peekable();
-        loop {
-            let take_old = match (old.peek(), pts.peek()) {
-                (None, None) => break,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (Some(((k, kh), _)), Some((mh, m))) => (kh, k.as_slice()) <= (mh, m.key.as_slice()),
-            };
-            let (key, h, base) = if take_old {
-                let ((k, h), v) = old.next().expect("peeked");
-                (k, h, Some(v))
-            } else {
-                let (h, m) = pts.peek().expect("peeked");
-                (m.key.clone(), *h, None)
-            };
-            let mut events = Vec::new();
-            while pts.peek().is_some_and(|(mh, m)| *mh == h && m.key == key) {
-                events.push(pts.next().expect("peeked").1);
+    ) -> Result<Basement> {
+        let run_bytes: usize = run.iter().map(|m| m.encoded_len()).sum();
+        let mut out = Basement::with_capacity(b.len() + run.len(), b.encoded_len() + run_bytes);
+        if ranges.is_empty() {
+            // Entries between the messages' keys are copied as they are encoded.
+            let mut i = 0;
+            for (key, events) in by_key(run) {
+                let (j, found) = match b.search_from(i, &key) {
+                    Ok(j) => (j, true),
+                    Err(j) => (j, false),
+                };
+                out.extend_from(&b, i..j);
+                i = j + found as usize;
+                let base = found.then(|| b.val(j));
+                if let Some(v) = self.settle_key(&key, base, events, Vec::new())? {
+                    out.push(&key, &v);
+                }
             }
-            let covering: Vec<u64> = if ranges.is_empty() {
-                Vec::new()
-            } else {
-                ranges
-                    .iter()
-                    .filter(|r| r.covers(&key))
-                    .map(|r| r.seq)
-                    .collect()
+            out.extend_from(&b, i..b.len());
+            return Ok(out);
+        }
+        // Range deletes reach entries no message names: every entry is looked at.
+        let mut pts = by_key(run).peekable();
+        let mut i = 0;
+        loop {
+            let take_old = match (i < b.len(), pts.peek()) {
+                (false, None) => break,
+                (true, None) => true,
+                (false, Some(_)) => false,
+                (true, Some((k, _))) => b.key(i) <= k.as_slice(),
             };
+            let (key, base, events) = if take_old {
+                i += 1;
+                let key = b.key(i - 1);
+                let events = match pts.next_if(|(k, _)| k.as_slice() == key) {
+                    Some((_, events)) => events,
+                    None => Vec::new(),
+                };
+                (key.to_vec(), Some(b.val(i - 1)), events)
+            } else {
+                let (key, events) = pts.next().expect("peeked");
+                (key, None, events)
+            };
+            let covering: Vec<u64> = ranges
+                .iter()
+                .filter(|r| r.covers(&key))
+                .map(|r| r.seq)
+                .collect();
             let v = if events.is_empty() && covering.is_empty() {
-                base
+                base.map(ValRef::to_val)
             } else {
                 self.settle_key(&key, base, events, covering)?
             };
             if let Some(v) = v {
-                keys.push_with_head(key, h);
-                vals.push(v);
+                out.push(&key, &v);
             }
         }
-        Ok((keys, vals))
+        Ok(out)
     }
 
     /// One key's new leaf value: `base` with point `events` and range deletes at `covering`
     /// sequence numbers applied in order. Frees what it replaces and keeps the live counts.
+    /// The base is borrowed from its basement and copied only if it survives.
     fn settle_key(
         &mut self,
         key: &[u8],
-        base: Option<Val>,
+        base: Option<ValRef>,
         events: Vec<Msg>,
         covering: Vec<u64>,
     ) -> Result<Option<Val>> {
-        if let Some(v) = &base {
+        if let Some(v) = base {
             self.live_keys -= 1;
             self.live_bytes -= (key.len() + v.logical_len()) as u64;
         }
-        // Events come oldest first; range deletes (rare) are interleaved by sequence number.
-        let bodies: Box<dyn Iterator<Item = Body>> = if covering.is_empty() {
-            Box::new(events.into_iter().map(|m| m.body))
+        let mut cur = Current { base, new: None };
+        if covering.is_empty() {
+            // Events come oldest first.
+            for m in events {
+                self.apply_body(key, &mut cur, m.body)?;
+            }
         } else {
+            // Range deletes (rare) are interleaved by sequence number.
             let mut order: Vec<(u64, Option<Msg>)> =
                 events.into_iter().map(|m| (m.seq, Some(m))).collect();
             order.extend(covering.into_iter().map(|s| (s, None)));
             order.sort_by_key(|e| e.0);
-            Box::new(
-                order
-                    .into_iter()
-                    .map(|(_, m)| m.map_or(Body::Delete, |m| m.body)),
-            )
-        };
-        let mut cur = base;
-        for body in bodies {
-            match body {
-                Body::Put(v) => {
-                    if let Some(old) = cur.replace(v) {
-                        self.free_val(old);
-                    }
-                }
-                Body::Delete | Body::DeleteRange(_) => {
-                    if let Some(old) = cur.take() {
-                        self.free_val(old);
-                    }
-                }
-                Body::Upsert(op) => {
-                    let old = cur.as_ref().map(|v| self.read_val(v)).transpose()?;
-                    let new = self.merge_op()?.merge(key, old.as_deref(), &op);
-                    if let Some(v) = cur.take() {
-                        self.free_val(v);
-                    }
-                    cur = new.map(|b| self.make_val(b)).transpose()?;
-                }
+            for (_, m) in order {
+                self.apply_body(key, &mut cur, m.map_or(Body::Delete, |m| m.body))?;
             }
         }
-        if let Some(v) = &cur {
+        let out = match cur.new {
+            Some(v) => v,
+            None => cur.base.map(ValRef::to_val),
+        };
+        if let Some(v) = &out {
             self.live_keys += 1;
             self.live_bytes += (key.len() + v.logical_len()) as u64;
         }
-        Ok(cur)
+        Ok(out)
+    }
+
+    /// One message body applied to a key's current value.
+    fn apply_body(&mut self, key: &[u8], cur: &mut Current, body: Body) -> Result<()> {
+        let next = match body {
+            Body::Put(v) => Some(v),
+            Body::Delete | Body::DeleteRange(_) => None,
+            Body::Upsert(op) => {
+                let old = match (&cur.new, cur.base) {
+                    (Some(v), _) => v.as_ref().map(|v| self.read_val(v)).transpose()?,
+                    (None, b) => b.map(|b| self.read_ref(b)).transpose()?,
+                };
+                let new = self.merge_op()?.merge(key, old.as_deref(), &op);
+                new.map(|b| self.make_val(b)).transpose()?
+            }
+        };
+        // What the key held until now is replaced: free it (a blob's block goes back).
+        match cur.new.replace(next) {
+            Some(old) => {
+                if let Some(v) = old {
+                    self.free_val(v);
+                }
+            }
+            None => {
+                if let Some(ValRef::Blob { id, len }) = cur.base.take() {
+                    self.free_val(Val::Blob { id, len });
+                }
+            }
+        }
+        Ok(())
     }
 
     // ---- shape: splits, merges, the root ---------------------------------------------------
@@ -963,49 +1011,58 @@ impl BeTree {
     }
 
     /// Split a resident node into pieces: (separator before each piece after the first, piece).
+    /// Split a leaf with fewer basements than pieces by its entries: (separator, piece),
+    /// the first separator empty.
+    fn split_leaf_at_entries(
+        &self,
+        l: &mut Leaf,
+        pieces: usize,
+        target: usize,
+    ) -> Vec<(Vec<u8>, Leaf)> {
+        let mut all = Basement::with_capacity(l.entries() as usize, l.size());
+        for b in l.bases.drain(..) {
+            all.append(b.get());
+        }
+        let (mut starts, mut bytes) = (Vec::new(), 0);
+        for i in 0..all.len() {
+            if bytes >= target && i > 0 && starts.len() + 1 < pieces {
+                starts.push(i);
+                bytes = 0;
+            }
+            bytes += all.entry_bytes(i);
+        }
+        let mut out = Vec::with_capacity(starts.len() + 1);
+        for &at in starts.iter().rev() {
+            let entries = all.split_off(at);
+            let sep = shortest_separator(
+                all.last_key().expect("pieces are not empty"),
+                entries.first_key().expect("pieces are not empty"),
+            );
+            out.push((sep, cut_basements(entries, self.geo.basement)));
+        }
+        out.push((Vec::new(), cut_basements(all, self.geo.basement)));
+        out.reverse();
+        out
+    }
+
     fn split(&mut self, pin: &Pin<Node>) -> Vec<(Vec<u8>, Node)> {
         let mut g = pin.write();
         match &mut *g {
             Node::Leaf(l) => {
-                let total = l.size();
-                let mut keys = Keys::default();
-                let mut vals = Vec::new();
-                for b in l.bases.drain(..) {
-                    let b = b.data.expect("resident");
-                    let mut k = b.keys;
-                    keys.append(&mut k);
-                    vals.extend(b.vals);
-                }
                 // Pieces of about equal bytes, at most 3/4 of a node each, at least two.
+                let total = l.size();
                 let pieces = total.div_ceil(self.geo.node_size * 3 / 4).max(2);
                 let target = total / pieces;
-                let mut out = vec![Piece::default()];
-                let mut bytes = 0;
-                for (k, v) in keys.into_vec().into_iter().zip(vals) {
-                    let last = out.last().expect("non-empty");
-                    if bytes >= target && !last.keys.is_empty() && out.len() < pieces {
-                        let sep = shortest_separator(last.keys.last().expect("non-empty"), &k);
-                        out.push(Piece {
-                            sep,
-                            ..Piece::default()
-                        });
-                        bytes = 0;
-                    }
-                    bytes += entry_len(&k, &v);
-                    let cur = out.last_mut().expect("non-empty");
-                    cur.keys.push(k);
-                    cur.vals.push(v);
-                }
-                let mut pieces = out.into_iter().map(|p| {
-                    (
-                        p.sep,
-                        Node::Leaf(cut_basements(p.keys, p.vals, self.geo.basement)),
-                    )
-                });
-                let (_, first) = pieces.next().expect("at least one piece");
-                let rest: Vec<_> = pieces.collect();
-                *g = first;
-                rest
+                let mut out = if l.bases.len() >= pieces {
+                    split_leaf_at_basements(l, pieces, target)
+                } else {
+                    self.split_leaf_at_entries(l, pieces, target)
+                };
+                let (_, first) = out.remove(0);
+                *g = Node::Leaf(first);
+                out.into_iter()
+                    .map(|(sep, l)| (sep, Node::Leaf(l)))
+                    .collect()
             }
             Node::Internal(n) => {
                 // Pieces of about equal child counts, at most `fanout` each, at least two (a
@@ -1216,7 +1273,7 @@ impl BeTree {
                         .bases
                         .last()
                         .and_then(|b| b.data.as_ref())
-                        .and_then(|b| b.keys.last());
+                        .and_then(|b| b.last_key());
                     let appends = past.is_some_and(|last| m.key.as_slice() > last);
                     if !(full && appends) || path.is_empty() {
                         return Ok(Some(m));
@@ -1349,7 +1406,7 @@ impl Engine for BeTree {
             unreachable!("descent ends at a leaf")
         };
         let b = l.bases[i].get();
-        let base = b.keys.search(key).ok().map(|j| &b.vals[j]);
+        let base = b.search(key).ok().map(|j| b.val(j));
         self.resolve(key, base, &refs)
     }
 
@@ -1480,9 +1537,9 @@ impl Engine for BeTree {
             if let Node::Leaf(l) = &*leaf.read() {
                 for b in &l.bases {
                     let b = b.get();
-                    for (k, v) in b.keys.iter().zip(&b.vals) {
+                    for (k, v) in b.iter() {
                         if wanted(k) {
-                            keys.insert(k.to_vec(), (Some(v.clone()), Vec::new()));
+                            keys.insert(k.to_vec(), (Some(v.to_val()), Vec::new()));
                         }
                     }
                 }
@@ -1510,7 +1567,7 @@ impl Engine for BeTree {
                 }
                 events.extend(ranges.iter().filter(|r| r.covers(&k)));
                 events.sort_by_key(|m| m.seq);
-                if let Some(v) = self.resolve(&k, base.as_ref(), &events)? {
+                if let Some(v) = self.resolve(&k, base.as_ref().map(ValRef::from), &events)? {
                     page.push((k, v));
                 }
             }
@@ -1716,7 +1773,7 @@ impl BeTree {
                         (i > 0).then(|| l.pivots.get(i - 1)),
                         (i < l.pivots.len()).then(|| l.pivots.get(i)),
                     );
-                    for (k, v) in b.keys.iter().zip(&b.vals) {
+                    for (k, v) in b.iter() {
                         if !inside(k) || bl.is_some_and(|x| k < x) || !before(k, bh) {
                             return Err(bad(format!(
                                 "an entry of basement {i} is outside its range"
@@ -1724,10 +1781,10 @@ impl BeTree {
                         }
                         w.report.keys += 1;
                         w.live_bytes += (k.len() + v.logical_len()) as u64;
-                        if let Val::Blob { id, .. } = v {
-                            w.reachable.insert(*id);
+                        if let ValRef::Blob { id, .. } = v {
+                            w.reachable.insert(id);
                             w.report.blobs += 1;
-                            self.read_val(v)?;
+                            self.read_ref(v)?;
                         }
                     }
                 }

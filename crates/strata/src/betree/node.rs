@@ -12,8 +12,7 @@
 //! head of a leaf:           m u32, then per basement: offset u32, length u32, xxh3 u64,
 //!                           entries u32; then m - 1 pivots
 //! segment:                  see `msg::Segment::encode`
-//! basement:                 count u32, then per entry: key length u16, tag u8 (0 inline,
-//!                           1 blob), value length u32, key, value or blob id u64
+//! basement:                 see `basement::Basement`
 //! ```
 //! Offsets count from the start of the extent. Child i (or basement i) holds the keys k with
 //! pivot[i-1] <= k < pivot[i].
@@ -23,10 +22,9 @@
 
 use xxhash_rust::xxh3::xxh3_64;
 
+use super::basement::Basement;
 use super::msg::Segment;
 use crate::btree::keys::Keys;
-use crate::btree::node::{decode_entries, encode_entries};
-use crate::btree::Val;
 use crate::codec::Reader;
 use crate::error::{Error, Result};
 use crate::storage::block::{self, kind, BLOCK_HEADER};
@@ -36,8 +34,13 @@ use crate::storage::{NodeId, Pager, StoredNode};
 /// point (1/α ≈ 60–130 KiB here) a second, partial read costs more than reading the rest.
 pub const WHOLE_READ_MAX: u64 = 64 << 10;
 
-/// Heap bytes one entry or message costs beyond its encoding, for the cache charge.
-const ENTRY_OVERHEAD: usize = 96;
+/// Heap bytes a buffered message costs beyond its encoding, for the cache charge (a message
+/// holds its key and value in heap objects of their own; a basement's charge is exact).
+const MESSAGE_OVERHEAD: usize = 96;
+
+/// A resident basement's bytes beyond its three vectors' capacity: its `Part` and the
+/// allocator's header on each vector.
+const BASEMENT_OVERHEAD: usize = 160;
 
 /// Where a partition lies in the node's current extent.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -71,29 +74,6 @@ impl<T> Part<T> {
     }
     pub fn get_mut(&mut self) -> &mut T {
         self.data.as_mut().expect("partition is loaded")
-    }
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Basement {
-    pub keys: Keys,
-    pub vals: Vec<Val>,
-}
-
-pub fn entry_len(key: &[u8], val: &Val) -> usize {
-    7 + key.len() + val.encoded_len()
-}
-
-impl Basement {
-    fn encode(&self, out: &mut Vec<u8>) {
-        encode_entries(&self.keys, &self.vals, out);
-    }
-
-    fn decode(p: &[u8]) -> std::result::Result<Basement, String> {
-        let mut r = Reader::new(p);
-        let (keys, vals) = decode_entries(&mut r)?;
-        r.finish()?;
-        Ok(Basement { keys, vals })
     }
 }
 
@@ -207,10 +187,10 @@ impl Node {
             }
             Node::Leaf(l) => {
                 let b = Basement::decode(bytes)?;
-                if b.keys.len() as u32 != l.bases[i].count {
+                if b.len() as u32 != l.bases[i].count {
                     return Err(format!(
                         "basement {i} holds {} entries, head says {}",
-                        b.keys.len(),
+                        b.len(),
                         l.bases[i].count
                     ));
                 }
@@ -375,27 +355,24 @@ pub fn read_part(pager: &Pager, id: NodeId, i: usize, loc: Loc) -> Result<Vec<u8
 
 impl StoredNode for Node {
     fn charge(&self) -> usize {
-        let (head, parts): (usize, Vec<(bool, usize, u32)>) = match self {
+        let (head, resident) = match self {
             Node::Internal(n) => (
                 n.head_len(),
                 n.segs
                     .iter()
-                    .map(|s| (s.data.is_some(), s.bytes, s.count))
-                    .collect(),
+                    .filter(|s| s.data.is_some())
+                    .map(|s| s.bytes + s.count as usize * MESSAGE_OVERHEAD)
+                    .sum::<usize>(),
             ),
             Node::Leaf(l) => (
                 l.head_len(),
                 l.bases
                     .iter()
-                    .map(|b| (b.data.is_some(), b.bytes, b.count))
-                    .collect(),
+                    .filter_map(|b| b.data.as_ref())
+                    .map(|b| BASEMENT_OVERHEAD + b.heap_bytes())
+                    .sum(),
             ),
         };
-        let resident: usize = parts
-            .iter()
-            .filter(|p| p.0)
-            .map(|&(_, bytes, count)| bytes + count as usize * ENTRY_OVERHEAD)
-            .sum();
         256 + head + resident
     }
 
@@ -419,30 +396,34 @@ impl StoredNode for Node {
             Node::Internal(n) => n.head_len(),
             Node::Leaf(l) => l.head_len(),
         };
-        let mut tail = Vec::new();
-        let place = |bytes: &[u8], tail: &mut Vec<u8>| {
-            let loc = Loc {
-                off: (BLOCK_HEADER + head_len + tail.len()) as u32,
-                len: bytes.len() as u32,
-                sum: xxh3_64(bytes),
-            };
-            tail.extend_from_slice(bytes);
-            loc
+        // Each partition is encoded straight into the tail, then located and summed there.
+        let size = match self {
+            Node::Internal(n) => n.size(),
+            Node::Leaf(l) => l.size(),
         };
-        let mut buf = Vec::new();
+        let mut tail = Vec::with_capacity(size - BLOCK_HEADER - head_len);
+        let mut place = |encode: &dyn Fn(&mut Vec<u8>)| {
+            let start = tail.len();
+            encode(&mut tail);
+            Loc {
+                off: (BLOCK_HEADER + head_len + start) as u32,
+                len: (tail.len() - start) as u32,
+                sum: xxh3_64(&tail[start..]),
+            }
+        };
         match self {
             Node::Internal(n) => {
                 for s in &mut n.segs {
-                    buf.clear();
-                    s.get().encode(&mut buf);
-                    s.loc = Some(place(&buf, &mut tail));
+                    let seg = s.get();
+                    s.loc = Some(place(&|out| seg.encode(out)));
                 }
             }
             Node::Leaf(l) => {
                 for b in &mut l.bases {
-                    buf.clear();
-                    b.get().encode(&mut buf);
-                    b.loc = Some(place(&buf, &mut tail));
+                    // A written basement gives back the slack its in-place inserts left.
+                    b.get_mut().shrink();
+                    let base = b.get();
+                    b.loc = Some(place(&|out| base.encode(out)));
                 }
             }
         }

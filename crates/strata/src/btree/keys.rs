@@ -118,18 +118,6 @@ impl Keys {
         self.keys
     }
 
-    /// The keys and their heads, for merges that compare heads and move keys untouched.
-    pub fn into_parts(self) -> (Vec<Vec<u8>>, Vec<u64>) {
-        (self.keys, self.heads)
-    }
-
-    /// Append a key whose head is already known (it must be `head(&key)`).
-    pub fn push_with_head(&mut self, key: Vec<u8>, h: u64) {
-        debug_assert_eq!(h, head(&key));
-        self.heads.push(h);
-        self.keys.push(key);
-    }
-
     pub fn append(&mut self, other: &mut Keys) {
         self.keys.append(&mut other.keys);
         self.heads.append(&mut other.heads);

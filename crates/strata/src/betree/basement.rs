@@ -1,0 +1,460 @@
+//! A leaf's basement node: its entries kept in their on-disk encoding, in key order, in one
+//! buffer, with an offset and an 8-byte key head per entry beside it.
+//!
+//! Why flat: an entry held as a key `Vec` and a value `Vec` costs two heap objects and about
+//! 90 bytes of overhead, and every search probe that ties on the head chases a pointer. Here an
+//! entry costs its encoding plus 12 bytes, reading a basement from disk allocates three
+//! vectors whatever its size, and writing one back is a copy of `data`.
+//!
+//! ```text
+//! entry: key length u16, tag u8 (0 inline, 1 blob), value length u32, key,
+//!        value (inline) or blob id u64 (blob)
+//! ```
+//! Invariants: `data` is exactly the entries, back to back, keys strictly increasing;
+//! `offs[i]` is where entry i starts and `heads[i] == keys::head(key(i))`.
+
+use crate::btree::keys::head;
+use crate::btree::Val;
+use crate::codec::Reader;
+use crate::storage::NodeId;
+use std::cmp::Ordering;
+
+/// Bytes of an entry's fixed fields (key length, tag, value length).
+const FIXED: usize = 7;
+
+/// A value as it lies in a basement, borrowed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ValRef<'a> {
+    Inline(&'a [u8]),
+    Blob { id: NodeId, len: u32 },
+}
+
+impl ValRef<'_> {
+    pub fn to_val(self) -> Val {
+        match self {
+            ValRef::Inline(b) => Val::Inline(b.to_vec()),
+            ValRef::Blob { id, len } => Val::Blob { id, len },
+        }
+    }
+    pub fn logical_len(self) -> usize {
+        match self {
+            ValRef::Inline(b) => b.len(),
+            ValRef::Blob { len, .. } => len as usize,
+        }
+    }
+}
+
+impl<'a> From<&'a Val> for ValRef<'a> {
+    fn from(v: &'a Val) -> ValRef<'a> {
+        match v {
+            Val::Inline(b) => ValRef::Inline(b),
+            Val::Blob { id, len } => ValRef::Blob { id: *id, len: *len },
+        }
+    }
+}
+
+/// Encoded bytes of one entry.
+pub fn entry_len(key: &[u8], val: &Val) -> usize {
+    FIXED + key.len() + val.encoded_len()
+}
+
+fn encode_entry(key: &[u8], val: &Val, out: &mut Vec<u8>) {
+    let at = out.len();
+    out.resize(at + entry_len(key, val), 0);
+    write_entry(&mut out[at..], key, val);
+}
+
+/// Write an entry into `dst`, which is exactly `entry_len` bytes.
+fn write_entry(dst: &mut [u8], key: &[u8], val: &Val) {
+    let (fixed, rest) = dst.split_at_mut(FIXED);
+    write_fixed(fixed, key.len(), val);
+    rest[..key.len()].copy_from_slice(key);
+    write_value(&mut rest[key.len()..], val);
+}
+
+fn write_fixed(dst: &mut [u8], klen: usize, val: &Val) {
+    let (tag, len) = match val {
+        Val::Inline(b) => (0u8, b.len() as u32),
+        Val::Blob { len, .. } => (1, *len),
+    };
+    dst[..2].copy_from_slice(&(klen as u16).to_le_bytes());
+    dst[2] = tag;
+    dst[3..7].copy_from_slice(&len.to_le_bytes());
+}
+
+fn write_value(dst: &mut [u8], val: &Val) {
+    match val {
+        Val::Inline(b) => dst.copy_from_slice(b),
+        Val::Blob { id, .. } => dst.copy_from_slice(&id.to_le_bytes()),
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Basement {
+    data: Vec<u8>,
+    offs: Vec<u32>,
+    heads: Vec<u64>,
+}
+
+impl Basement {
+    pub fn with_capacity(entries: usize, bytes: usize) -> Basement {
+        Basement {
+            data: Vec::with_capacity(bytes),
+            offs: Vec::with_capacity(entries),
+            heads: Vec::with_capacity(entries),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.offs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.offs.is_empty()
+    }
+
+    /// Bytes of the basement as written: the count, then the entries.
+    pub fn encoded_len(&self) -> usize {
+        4 + self.data.len()
+    }
+
+    /// Heap bytes held, for the cache charge.
+    pub fn heap_bytes(&self) -> usize {
+        self.data.capacity() + 4 * self.offs.capacity() + 8 * self.heads.capacity()
+    }
+
+    fn start(&self, i: usize) -> usize {
+        self.offs[i] as usize
+    }
+
+    fn end(&self, i: usize) -> usize {
+        self.offs
+            .get(i + 1)
+            .map_or(self.data.len(), |&o| o as usize)
+    }
+
+    /// Encoded bytes of entry i.
+    pub fn entry_bytes(&self, i: usize) -> usize {
+        self.end(i) - self.start(i)
+    }
+
+    pub fn key(&self, i: usize) -> &[u8] {
+        let o = self.start(i);
+        let klen = u16::from_le_bytes([self.data[o], self.data[o + 1]]) as usize;
+        &self.data[o + FIXED..o + FIXED + klen]
+    }
+
+    pub fn val(&self, i: usize) -> ValRef<'_> {
+        let o = self.start(i);
+        let d = &self.data[o..self.end(i)];
+        let klen = u16::from_le_bytes([d[0], d[1]]) as usize;
+        let vlen = u32::from_le_bytes([d[3], d[4], d[5], d[6]]);
+        let body = &d[FIXED + klen..];
+        match d[2] {
+            0 => ValRef::Inline(body),
+            _ => ValRef::Blob {
+                id: u64::from_le_bytes(body[..8].try_into().expect("8 bytes")),
+                len: vlen,
+            },
+        }
+    }
+
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&[u8], ValRef<'_>)> + '_ {
+        (0..self.len()).map(|i| (self.key(i), self.val(i)))
+    }
+
+    pub fn first_key(&self) -> Option<&[u8]> {
+        (!self.is_empty()).then(|| self.key(0))
+    }
+
+    pub fn last_key(&self) -> Option<&[u8]> {
+        (!self.is_empty()).then(|| self.key(self.len() - 1))
+    }
+
+    /// Ok(i) if `key` is entry i, else Err(where it would go). Compares the heads first and
+    /// reads a key from `data` only when the heads tie.
+    pub fn search(&self, key: &[u8]) -> Result<usize, usize> {
+        self.search_from(0, key)
+    }
+
+    /// `search` among the entries from `from` on (`key` must not sort before entry `from`).
+    pub fn search_from(&self, from: usize, key: &[u8]) -> Result<usize, usize> {
+        let h = head(key);
+        let (mut lo, mut hi) = (from, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let ord = match self.heads[mid].cmp(&h) {
+                Ordering::Equal => self.key(mid).cmp(key),
+                o => o,
+            };
+            match ord {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
+    }
+
+    /// Append an entry whose key is above every key here.
+    pub fn push(&mut self, key: &[u8], val: &Val) {
+        debug_assert!(self.last_key().is_none_or(|l| l < key));
+        self.offs.push(self.data.len() as u32);
+        self.heads.push(head(key));
+        encode_entry(key, val, &mut self.data);
+    }
+
+    /// Append entries `range` of `other` as they are encoded (their keys must be above every
+    /// key here).
+    pub fn extend_from(&mut self, other: &Basement, range: std::ops::Range<usize>) {
+        if range.is_empty() {
+            return;
+        }
+        debug_assert!(self.last_key().is_none_or(|l| l < other.key(range.start)));
+        let (from, to) = (other.start(range.start), other.end(range.end - 1));
+        let shift = self.data.len() as i64 - from as i64;
+        self.offs.extend(
+            other.offs[range.clone()]
+                .iter()
+                .map(|&o| (o as i64 + shift) as u32),
+        );
+        self.heads.extend_from_slice(&other.heads[range]);
+        self.data.extend_from_slice(&other.data[from..to]);
+    }
+
+    /// Put an entry at position i, which must keep the keys in order.
+    pub fn insert(&mut self, i: usize, key: &[u8], val: &Val) {
+        let at = if i == self.len() {
+            self.data.len()
+        } else {
+            self.start(i)
+        };
+        let len = entry_len(key, val);
+        self.open_gap(at, 0, len);
+        write_entry(&mut self.data[at..at + len], key, val);
+        for o in &mut self.offs[i..] {
+            *o += len as u32;
+        }
+        self.offs.insert(i, at as u32);
+        self.heads.insert(i, head(key));
+    }
+
+    /// Give entry i the value `val`.
+    pub fn set(&mut self, i: usize, val: &Val) {
+        let (at, end) = (self.start(i), self.end(i));
+        let klen = self.key(i).len();
+        let len = FIXED + klen + val.encoded_len();
+        self.open_gap(at, end - at, len);
+        // The key stays where it was: only the fixed fields and the value are rewritten.
+        let (fixed, rest) = self.data[at..at + len].split_at_mut(FIXED);
+        write_fixed(fixed, klen, val);
+        write_value(&mut rest[klen..], val);
+        if len != end - at {
+            for o in &mut self.offs[i + 1..] {
+                *o = (*o as usize + len - (end - at)) as u32;
+            }
+        }
+    }
+
+    /// Make the `old` bytes at `at` span `new` bytes, moving what follows (the bytes of the
+    /// span itself are left as they were, up to the shorter of the two).
+    fn open_gap(&mut self, at: usize, old: usize, new: usize) {
+        let tail = at + old;
+        let len = self.data.len();
+        if new > old {
+            self.data.resize(len + new - old, 0);
+            self.data.copy_within(tail..len, at + new);
+        } else if new < old {
+            self.data.copy_within(tail..len, at + new);
+            self.data.truncate(len - (old - new));
+        }
+    }
+
+    pub fn remove(&mut self, i: usize) {
+        let (at, end) = (self.start(i), self.end(i));
+        self.data.drain(at..end);
+        self.offs.remove(i);
+        self.heads.remove(i);
+        for o in &mut self.offs[i..] {
+            *o -= (end - at) as u32;
+        }
+    }
+
+    /// Entries from `at` on move to the returned basement.
+    pub fn split_off(&mut self, at: usize) -> Basement {
+        if at == self.len() {
+            return Basement::default();
+        }
+        let cut = self.start(at);
+        let data = self.data.split_off(cut);
+        let mut offs = self.offs.split_off(at);
+        for o in &mut offs {
+            *o -= cut as u32;
+        }
+        let heads = self.heads.split_off(at);
+        Basement { data, offs, heads }
+    }
+
+    /// Give back spare capacity when more than a third of it is unused.
+    pub fn shrink(&mut self) {
+        if self.data.capacity() > self.data.len() + self.data.len() / 2 {
+            self.data.shrink_to_fit();
+            self.offs.shrink_to_fit();
+            self.heads.shrink_to_fit();
+        }
+    }
+
+    /// Append `other`, whose keys must all be above this basement's.
+    pub fn append(&mut self, other: &Basement) {
+        debug_assert!(other
+            .first_key()
+            .is_none_or(|f| self.last_key().is_none_or(|l| l < f)));
+        let base = self.data.len() as u32;
+        self.data.extend_from_slice(&other.data);
+        self.offs.extend(other.offs.iter().map(|o| o + base));
+        self.heads.extend_from_slice(&other.heads);
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.data);
+    }
+
+    /// A basement from its encoding, checking every length, tag and the key order.
+    pub fn decode(p: &[u8]) -> std::result::Result<Basement, String> {
+        let mut r = Reader::new(p);
+        let n = r.u32()? as usize;
+        let body = &p[4..];
+        let mut b = Basement {
+            data: Vec::new(),
+            offs: Vec::with_capacity(n),
+            heads: Vec::with_capacity(n),
+        };
+        let mut prev: Option<&[u8]> = None;
+        for _ in 0..n {
+            let start = r.position() - 4;
+            let klen = r.u16()? as usize;
+            let tag = r.u8()?;
+            let vlen = r.u32()? as usize;
+            let key = r.bytes(klen)?;
+            match tag {
+                0 => r.bytes(vlen).map(|_| ())?,
+                1 => r.u64().map(|_| ())?,
+                t => return Err(format!("unknown value tag {t}")),
+            }
+            if prev.is_some_and(|p| p >= key) {
+                return Err("entries out of order".into());
+            }
+            prev = Some(key);
+            b.offs.push(start as u32);
+            b.heads.push(head(key));
+        }
+        r.finish()?;
+        b.data = body.to_vec();
+        Ok(b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inline(s: &str) -> Val {
+        Val::Inline(s.as_bytes().to_vec())
+    }
+
+    /// The basement's entries as owned pairs, for comparing against a plain model.
+    fn pairs(b: &Basement) -> Vec<(Vec<u8>, Val)> {
+        b.iter().map(|(k, v)| (k.to_vec(), v.to_val())).collect()
+    }
+
+    #[test]
+    fn edits_agree_with_a_sorted_vector_and_survive_encoding() {
+        let mut model: Vec<(Vec<u8>, Val)> = Vec::new();
+        let mut b = Basement::default();
+        // Keys that tie on their 8-byte heads, blobs, empty values, and value sizes that
+        // change on update, so offsets shift both ways.
+        let ops: Vec<(&str, Option<Val>)> = vec![
+            ("m", Some(inline("1"))),
+            ("abcdefgh", Some(inline(""))),
+            ("abcdefgh\0", Some(Val::Blob { id: 9, len: 5000 })),
+            ("abcdefgi", Some(inline("a longer value"))),
+            ("m", Some(inline("a much longer value than before"))),
+            ("abcdefgh", None),
+            ("z", Some(inline("zz"))),
+            ("m", Some(inline("x"))),
+            ("", Some(inline("empty key"))),
+            ("abcdefgh\0", None),
+            ("q", Some(inline("q"))),
+        ];
+        for (k, v) in ops {
+            let k = k.as_bytes();
+            let at = model.binary_search_by(|(mk, _)| mk.as_slice().cmp(k));
+            assert_eq!(b.search(k), at, "search {k:?}");
+            match (at, v) {
+                (Ok(i), Some(v)) => {
+                    b.set(i, &v);
+                    model[i].1 = v;
+                }
+                (Ok(i), None) => {
+                    b.remove(i);
+                    model.remove(i);
+                }
+                (Err(i), Some(v)) => {
+                    b.insert(i, k, &v);
+                    model.insert(i, (k.to_vec(), v));
+                }
+                (Err(_), None) => {}
+            }
+            assert_eq!(pairs(&b), model);
+            let size: usize = model.iter().map(|(k, v)| entry_len(k, v)).sum();
+            assert_eq!(b.encoded_len(), 4 + size);
+        }
+        let mut enc = Vec::new();
+        b.encode(&mut enc);
+        assert_eq!(enc.len(), b.encoded_len());
+        assert_eq!(Basement::decode(&enc).unwrap(), b);
+
+        // Split and rejoin at every position, and rebuild entry by entry.
+        for at in 0..=b.len() {
+            let mut left = b.clone();
+            let right = left.split_off(at);
+            assert_eq!(pairs(&left), model[..at]);
+            assert_eq!(pairs(&right), model[at..]);
+            left.append(&right);
+            assert_eq!(left, b);
+        }
+        let mut copy = Basement::default();
+        for i in 0..b.len() {
+            copy.extend_from(&b, i..i + 1);
+        }
+        assert_eq!(copy, b);
+        for mid in 0..=b.len() {
+            let mut copy = Basement::default();
+            copy.extend_from(&b, 0..mid);
+            copy.extend_from(&b, mid..mid);
+            copy.extend_from(&b, mid..b.len());
+            assert_eq!(copy, b);
+            assert_eq!(b.search_from(mid, b"zz"), Err(b.len()));
+        }
+    }
+
+    #[test]
+    fn decode_rejects_bad_tags_order_and_lengths() {
+        let mut b = Basement::default();
+        b.push(b"a", &inline("1"));
+        b.push(b"b", &inline("2"));
+        let mut enc = Vec::new();
+        b.encode(&mut enc);
+        let mut bad_tag = enc.clone();
+        bad_tag[4 + 2] = 7;
+        assert!(Basement::decode(&bad_tag).unwrap_err().contains("tag"));
+        let mut swapped = enc.clone();
+        swapped[4 + FIXED] = b'c';
+        assert!(Basement::decode(&swapped).unwrap_err().contains("order"));
+        assert!(Basement::decode(&enc[..enc.len() - 1]).is_err());
+        let mut long = enc.clone();
+        long.push(0);
+        assert!(Basement::decode(&long).is_err());
+    }
+}
