@@ -199,6 +199,21 @@ pub fn render(r: &Recommendation, source: &str) -> String {
             us(ep.range.seconds)
         ),
     );
+    let wa = &r.betree.load_wa;
+    line(
+        &mut o,
+        format!(
+            "  Bε-tree   write amplification loading {} records into a {} cache: {:.1}× predicted \
+             (log {:.2}, leaves {:.2}, internal {:.2}; {:.1}× per insert at the end)",
+            w.keys,
+            human(w.cache_bytes),
+            wa.total,
+            wa.log,
+            wa.leaves,
+            wa.internal,
+            wa.marginal
+        ),
+    );
     for n in &r.notes {
         line(&mut o, format!("  note: {n}"));
     }
