@@ -15,16 +15,9 @@ use strata::{Db, Durability, Options, WriteBatch};
 const PRELOAD: u64 = 100_000;
 const BATCH: u64 = 1_000;
 
-/// The `rum` workload's keys: 16 bytes, spread by a 64-bit mix of the record number.
-fn key(i: u64) -> [u8; 16] {
-    let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    let mut k = [0u8; 16];
-    k[..8].copy_from_slice(&(z ^ (z >> 31)).to_be_bytes());
-    k[8..].copy_from_slice(&i.to_be_bytes());
-    k
-}
+#[path = "../tests/common/keys.rs"]
+mod keys;
+use keys::rum_key as key;
 
 fn value(i: u64) -> [u8; 100] {
     let mut v = [0u8; 100];

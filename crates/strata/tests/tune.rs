@@ -4,6 +4,9 @@
 //! 11–12 say (queries about as cheap as the B+-tree's, inserts much cheaper); the predicted write
 //! amplification of a load follows what loads on the simulated disk measure.
 
+mod common;
+
+use common::keys::rum_key;
 use strata::model::predict;
 use strata::model::{Affine, Pdam};
 use strata::profile::DeviceProfile;
@@ -259,17 +262,6 @@ fn betree_nodes_stay_a_small_part_of_the_cache() {
     }
 }
 
-/// A key from a 64-bit mix of `i` followed by `i` itself: random order, never repeated.
-fn random_key(i: u64) -> [u8; 16] {
-    let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    let mut k = [0u8; 16];
-    k[..8].copy_from_slice(&(z ^ (z >> 31)).to_be_bytes());
-    k[8..].copy_from_slice(&i.to_be_bytes());
-    k
-}
-
 #[test]
 fn predicted_load_write_amplification_follows_measured_loads() {
     // The load at a small scale: random 16-byte keys and 100-byte values in batches of
@@ -288,7 +280,7 @@ fn predicted_load_write_amplification_follows_measured_loads() {
         for b in 0..n / 1000 {
             let mut batch = WriteBatch::new();
             for i in b * 1000..(b + 1) * 1000 {
-                batch.put(random_key(i), [i as u8; 100]);
+                batch.put(rum_key(i), [i as u8; 100]);
             }
             db.write(batch).unwrap();
         }

@@ -4,6 +4,8 @@
 //! tests can find the exact bytes they damage.
 #![allow(dead_code)]
 
+pub mod keys;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
