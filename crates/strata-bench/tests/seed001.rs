@@ -15,7 +15,13 @@ fn seed001_small_sizes() {
     let report = seed001::run(&cfg, |_| {}).unwrap();
     assert_eq!(report.rows.len(), 6 * 2 * 5);
     for r in &report.rows {
-        assert!(r.measured_ios > 0 || r.op.contains("search"), "{r:?}");
+        // Data under the budget may stay resident (the Bε-tree's flat basements are charged
+        // little beyond their encoding): only operations on data that outgrows it must do IO.
+        let fits = (r.data_bytes as usize) < report.cache_bytes;
+        assert!(
+            r.measured_ios > 0 || r.op.contains("search") || fits,
+            "{r:?}"
+        );
         let predicted = matches!(r.op, "random insert" | "random search" | "range search");
         assert_eq!(r.predicted_ios.is_some(), predicted, "{r:?}");
     }
