@@ -4,9 +4,14 @@
 //! - `write(batch)`: validate everything first (bad input changes nothing); under the write lock,
 //!   take the next sequence number, append the batch as one log record, start the log's sync for
 //!   synced durability, apply the batch to the engine while that sync runs; release the lock;
-//!   then wait for a log sync that covers the record (group commit). Past
-//!   `checkpoint_wal_bytes` of log, checkpoint and empty the log. A batch is visible to readers
-//!   once applied, which may be before its sync ends; it is acknowledged only after.
+//!   then wait for a log sync that covers the record (group commit). A batch is visible to
+//!   readers once applied, which may be before its sync ends; it is acknowledged only after.
+//! - checkpoints: past `checkpoint_wal_bytes` of log, the writer writes the dirty nodes and the
+//!   table (`Engine::begin_checkpoint`) and moves the log to its other file (`Wal::rotate`);
+//!   a thread of the checkpoint's own makes it durable (the data file's syncs and the
+//!   superblock) while writers go on; the next write after that finishes it and empties the
+//!   log file left behind. At most one checkpoint is in flight: a writer that reaches the next
+//!   threshold first waits for it. `checkpoint` and `close` checkpoint on the caller's thread.
 //! - `get`, `range`: under the same lock, straight to the engine. Range iterators fetch a page of
 //!   entries at a time and hold no lock between pages; they see each key at most once, in order,
 //!   but are not a snapshot.
@@ -21,6 +26,7 @@ use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 
 use crate::batch::WriteBatch;
 use crate::betree::{self, BeTree, Geometry, Origin};
@@ -29,15 +35,19 @@ use crate::engine::{CheckReport, Engine};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::options::{Durability, EngineOptions, Options};
-use crate::storage::{Device, Env, EnvLock, FileEnv, FileKind, IoStats, Metered, Pager};
+use crate::storage::{Commit, Device, Env, EnvLock, FileEnv, FileKind, IoStats, Metered, Pager};
 use crate::wal::{self, Wal};
 
 pub const DATA_FILE: &str = "strata.data";
 pub const WAL_FILE: &str = "strata.wal";
+/// The log's second file: each checkpoint moves the log from one to the other.
+pub const WAL_FILE_2: &str = "strata.wal.1";
 
 struct State {
     engine: Box<dyn Engine>,
     next_seq: u64,
+    /// The checkpoint being made durable on its own thread, if any.
+    checkpointing: Option<JoinHandle<Result<Commit>>>,
 }
 
 #[derive(Default)]
@@ -128,10 +138,14 @@ fn open_engine(
 }
 
 fn log_is_empty(env: &dyn Env) -> Result<bool> {
-    match env.open(WAL_FILE, FileKind::Log, false)? {
-        Some(log) => Ok(log.len()? == 0),
-        None => Ok(true),
+    for name in [WAL_FILE, WAL_FILE_2] {
+        if let Some(log) = env.open(name, FileKind::Log, false)? {
+            if log.len()? > 0 {
+                return Ok(false);
+            }
+        }
     }
+    Ok(true)
 }
 
 impl Db {
@@ -186,14 +200,17 @@ impl Db {
                 checkpoint_seq = 0;
             }
         }
-        let wal_dev = env.open(WAL_FILE, FileKind::Log, true)?.expect("created");
-        let wal_name = wal_dev.name().to_string();
+        let log = |name| -> Result<Arc<dyn Device>> {
+            let dev = env.open(name, FileKind::Log, true)?.expect("created");
+            Ok(metered(dev, &wal_stats))
+        };
+        let logs = [log(WAL_FILE)?, log(WAL_FILE_2)?];
         let data_name = engine.device().name().to_string();
         let newer_slot = (1 - checkpoint_slot) * crate::storage::pager::SUPERBLOCK_SIZE;
         let replay = |r: wal::Record<'_>| match r.kind {
             wal::Kind::Batch => {
                 let batch = WriteBatch::decode(r.payload).map_err(|what| {
-                    Error::corruption(&wal_name, r.offset, format!("log record: {what}"))
+                    Error::corruption(r.file, r.offset, format!("log record: {what}"))
                 })?;
                 apply(&mut *engine, batch)?;
                 engine.settle()
@@ -210,12 +227,19 @@ impl Db {
                 ),
             )),
         };
-        let (wal, last_seq) = Wal::open(metered(wal_dev, &wal_stats), checkpoint_seq, replay)?;
+        let (wal, last_seq, older_log_needed) = Wal::open(logs, checkpoint_seq, replay)?;
+        if older_log_needed {
+            // A crash came before a background checkpoint was durable: the log's older file
+            // still holds records, so checkpoint them before the next rotation reuses it.
+            engine.checkpoint(last_seq)?;
+            wal.reset(last_seq)?;
+        }
         Ok(Db {
             opts,
             state: Mutex::new(State {
                 engine,
                 next_seq: last_seq + 1,
+                checkpointing: None,
             }),
             wal,
             data_stats,
@@ -291,6 +315,7 @@ impl Db {
         let payload = batch.encode();
         let seq = {
             let mut st = self.state()?;
+            self.finish_checkpoint(&mut st, false)?;
             let seq = st.next_seq;
             let at = self
                 .wal
@@ -312,7 +337,7 @@ impl Db {
             self.counters.ops.fetch_add(ops, Relaxed);
             self.counters.logical_bytes.fetch_add(logical, Relaxed);
             if self.wal.size() >= self.opts.checkpoint_wal_bytes {
-                self.checkpoint_locked(&mut st)?;
+                self.begin_checkpoint(&mut st)?;
             }
             seq
         };
@@ -384,9 +409,48 @@ impl Db {
     }
 
     fn checkpoint_locked(&self, st: &mut State) -> Result<()> {
+        self.finish_checkpoint(st, true)?;
         let seq = st.next_seq - 1;
         st.engine.checkpoint(seq).map_err(|e| self.poisoned(e))?;
         self.wal.reset(seq).map_err(|e| self.poisoned(e))
+    }
+
+    /// Write a checkpoint's nodes and table, move the log to its other file, and leave the
+    /// syncs to a thread of their own (see the module comment).
+    fn begin_checkpoint(&self, st: &mut State) -> Result<()> {
+        // One in flight at a time: its extents and the log file it left behind are in use.
+        self.finish_checkpoint(st, true)?;
+        let seq = st.next_seq - 1;
+        let commit = st
+            .engine
+            .begin_checkpoint(seq)
+            .and_then(|c| self.wal.rotate(seq).map(|_| c))
+            .map_err(|e| self.poisoned(e))?;
+        let thread = std::thread::Builder::new()
+            .name("strata-checkpoint".into())
+            .spawn(move || commit.make_durable().map(|_| commit))
+            .map_err(|e| self.poisoned(Error::io("start a checkpoint thread", e)))?;
+        st.checkpointing = Some(thread);
+        Ok(())
+    }
+
+    /// Complete the checkpoint in flight if it is durable (or, with `wait`, once it is): the
+    /// space and the log file only the previous checkpoint needed are released.
+    fn finish_checkpoint(&self, st: &mut State, wait: bool) -> Result<()> {
+        match &st.checkpointing {
+            Some(t) if wait || t.is_finished() => {}
+            _ => return Ok(()),
+        }
+        let thread = st.checkpointing.take().expect("matched above");
+        let made = thread.join().unwrap_or_else(|_| {
+            Err(Error::io(
+                "make a checkpoint durable",
+                std::io::Error::other("the checkpoint thread panicked"),
+            ))
+        });
+        made.and_then(|commit| st.engine.finish_checkpoint(commit))
+            .and_then(|_| self.wal.release_previous())
+            .map_err(|e| self.poisoned(e))
     }
 
     /// Make every write so far durable.
@@ -413,6 +477,7 @@ impl Db {
     pub fn metrics(&self) -> Metrics {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let engine = st.engine.stats();
+        let write_seq = st.next_seq - 1;
         let data_file_bytes = st.engine.device().len().unwrap_or(0);
         drop(st);
         let c = &self.counters;
@@ -420,16 +485,28 @@ impl Db {
             engine,
             data_io: self.data_stats.snapshot(),
             wal_io: self.wal_stats.snapshot(),
+            write_seq,
             batches: c.batches.load(Relaxed),
             ops_written: c.ops.load(Relaxed),
             logical_bytes_written: c.logical_bytes.load(Relaxed),
             point_queries: c.point_queries.load(Relaxed),
             point_query_reads: c.point_query_reads.load(Relaxed),
             data_file_bytes,
-            wal_file_bytes: self.wal.device().len().unwrap_or(0),
+            wal_file_bytes: self.wal.file_bytes(),
             ..Default::default()
         }
         .finish()
+    }
+}
+
+impl Drop for Db {
+    /// A checkpoint still in flight is waited for (not finished: the next open reads whichever
+    /// superblock is durable), so that nothing writes the files once the lock is released.
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(thread) = st.checkpointing.take() {
+            let _ = thread.join();
+        }
     }
 }
 

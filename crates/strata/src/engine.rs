@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::batch::Op;
 use crate::error::{Error, Result};
 use crate::merge::MergeOperator;
-use crate::storage::{CacheStats, Device};
+use crate::storage::{CacheStats, Commit, Device};
 
 /// Apply operations one by one, in order.
 pub(crate) fn apply_each<E: Engine + ?Sized>(engine: &mut E, ops: &[Op]) -> Result<()> {
@@ -47,8 +47,19 @@ pub trait Engine: Send {
         limit: usize,
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<()>;
-    /// Make the engine's state durable as a checkpoint covering log records up to `wal_seq`.
-    fn checkpoint(&mut self, wal_seq: u64) -> Result<()>;
+    /// Start a checkpoint of the engine's state, covering log records up to `wal_seq`: write
+    /// every dirty node and the table. The engine may change again at once; the checkpoint is
+    /// the state at this call. It is durable after `Commit::make_durable` and complete after
+    /// `finish_checkpoint`, and no other checkpoint may begin in between.
+    fn begin_checkpoint(&mut self, wal_seq: u64) -> Result<Commit>;
+    /// Release what the previous checkpoint alone referenced, once `c` is durable.
+    fn finish_checkpoint(&mut self, c: Commit) -> Result<()>;
+    /// A whole checkpoint, on the caller's thread.
+    fn checkpoint(&mut self, wal_seq: u64) -> Result<()> {
+        let c = self.begin_checkpoint(wal_seq)?;
+        c.make_durable()?;
+        self.finish_checkpoint(c)
+    }
     /// Called between operations, when nothing is pinned: bring the cache within budget.
     fn settle(&mut self) -> Result<()>;
     fn stats(&self) -> EngineStats;
@@ -80,6 +91,8 @@ pub struct EngineStats {
     /// Values stored out of line, one block each.
     pub blobs: u64,
     pub checkpoints: u64,
+    /// Every write batch up to this log sequence number is in the last durable checkpoint.
+    pub checkpoint_wal_seq: u64,
     pub cache: CacheStats,
     /// Bytes of extents the translation table references, and free bytes inside the file.
     pub referenced_bytes: u64,

@@ -16,6 +16,8 @@ pub struct Metrics {
     pub engine: EngineStats,
     pub data_io: IoSnapshot,
     pub wal_io: IoSnapshot,
+    /// The log sequence number of the newest write batch (see `EngineStats::checkpoint_wal_seq`).
+    pub write_seq: u64,
     pub batches: u64,
     pub ops_written: u64,
     pub logical_bytes_written: u64,

@@ -7,9 +7,14 @@
 //! `kind` is 0 for a write batch and 1 for a checkpoint marker; `durable` is the highest
 //! sequence number known to be on stable storage when the record was appended.
 //!
-//! Sequence numbers are consecutive. After every checkpoint the log is emptied and begins with
-//! a marker carrying the checkpoint's sequence number, so the log itself says which checkpoint
-//! it continues. Replay applies the records above the checkpoint's sequence number, in order, and
+//! Sequence numbers are consecutive. The log lives in two files and is appended to one of them.
+//! A checkpoint that is made durable in the background moves it to the other (`rotate`): the
+//! records so far are synced where they are, and the other file is emptied and begins with a
+//! marker carrying the checkpoint's sequence number, so the log itself says which checkpoint it
+//! continues. The file left behind is emptied once that checkpoint is durable
+//! (`release_previous`); a checkpoint taken on the caller's thread empties both (`reset`).
+//! Replay reads the older file (the one whose first record is older) and then the newer, as one
+//! sequence; it applies the records above the checkpoint's sequence number, in order, and
 //! stops at the first record that is cut short, fails its checksum or breaks the sequence. What
 //! lies past that point is:
 //! - corruption, reported with the record's offset, if a later valid record was appended after
@@ -48,6 +53,8 @@ pub enum Kind {
 /// One record as replay sees it.
 pub struct Record<'a> {
     pub kind: Kind,
+    /// The log file it is in, for messages.
+    pub file: &'a str,
     pub seq: u64,
     pub offset: u64,
     pub payload: &'a [u8],
@@ -56,13 +63,16 @@ pub struct Record<'a> {
 #[derive(Debug)]
 pub struct Wal {
     shared: Arc<Shared>,
+    /// The other log file: the one appended to before the last rotation.
+    previous: Mutex<Arc<dyn Device>>,
     syncer: Option<JoinHandle<()>>,
 }
 
 /// What the appending writers and the sync thread share.
 #[derive(Debug)]
 struct Shared {
-    dev: Arc<dyn Device>,
+    /// The log file being appended to; it changes only under the `Db`'s write lock.
+    dev: Mutex<Arc<dyn Device>>,
     /// Where the next record goes.
     tail: Mutex<u64>,
     /// Highest sequence number whose record is completely written.
@@ -96,69 +106,28 @@ struct Parsed {
 }
 
 impl Wal {
-    /// Replay the log on `dev`, calling `apply` for each record after `after_seq` (markers
-    /// included, so the caller can judge them). Returns the log, ready to append, and the last
-    /// sequence number seen. Whatever replay found is made durable before returning.
+    /// Replay the two log files, the older first, calling `apply` for each record after
+    /// `after_seq` (markers included, so the caller can judge them). Returns the log, ready to
+    /// append to the newer file, the last sequence number seen, and whether the older file holds
+    /// records the checkpoint does not cover (a crash came before a background checkpoint was
+    /// durable): then the caller must checkpoint and `reset` before the next `rotate`. Whatever
+    /// replay found is made durable before returning.
     pub fn open(
-        dev: Arc<dyn Device>,
+        logs: [Arc<dyn Device>; 2],
         after_seq: u64,
         mut apply: impl FnMut(Record<'_>) -> Result<()>,
-    ) -> Result<(Wal, u64)> {
-        let len = dev.len()?;
-        let mut buf = vec![0u8; len as usize];
-        if len > 0 {
-            dev.read_at(&mut buf, 0)?;
-        }
-        let name = dev.name().to_string();
-        let mut off = 0usize;
-        let mut last = after_seq;
-        let mut expect: Option<u64> = None;
-        while let Some(r) = parse(&buf, off, |s| expect.is_none_or(|e| e == s)) {
-            if expect.is_none() && r.seq > after_seq + 1 {
-                return Err(Error::corruption(
-                    &name,
-                    off as u64,
-                    format!("log starts at sequence {} but the checkpoint covers only up to {after_seq}", r.seq),
-                ));
-            }
-            if r.seq > after_seq {
-                let payload = &buf[off + HEADER..off + HEADER + r.len];
-                apply(Record {
-                    kind: r.kind,
-                    seq: r.seq,
-                    offset: off as u64,
-                    payload,
-                })?;
-            }
-            last = last.max(r.seq);
-            expect = Some(r.seq + 1);
-            off += HEADER + r.len;
-        }
-        let replayed = last > after_seq;
-        if off < buf.len() {
-            // A valid later record written after the next expected one had been synced proves
-            // that acknowledged data is damaged; anything else is the tail of a crash.
-            let next = last + 1;
-            let most = last + (buf.len() / HEADER) as u64;
-            let proof = (off + 1..buf.len())
-                .filter_map(|p| parse(&buf, p, |s| s > last && s <= most))
-                .any(|r| r.durable >= next);
-            if proof {
-                return Err(Error::corruption(
-                    &name,
-                    off as u64,
-                    format!("log record {next} is damaged but a later record shows it was synced"),
-                ));
-            }
-            dev.set_len(off as u64)?;
-        }
-        if replayed || off < buf.len() {
-            // What replay made visible must not vanish in a later power cut.
-            dev.sync()?;
-        }
+    ) -> Result<(Wal, u64, bool)> {
+        let [a, b] = logs;
+        let (first_a, first_b) = (first_record(&*a)?, first_record(&*b)?);
+        // The file begun later starts with a higher sequence number, or with a marker for the
+        // checkpoint that covers the other's last record (a rotation writes its marker before
+        // any record); a file that starts with nothing valid is the older.
+        let (older, newer) = if first_b > first_a { (a, b) } else { (b, a) };
+        let (_, older_last) = replay(&*older, after_seq, &mut apply)?;
+        let (tail, last) = replay(&*newer, after_seq.max(older_last), &mut apply)?;
         let shared = Arc::new(Shared {
-            dev,
-            tail: Mutex::new(off as u64),
+            dev: Mutex::new(newer),
+            tail: Mutex::new(tail),
             written: AtomicU64::new(last),
             sync: Mutex::new(SyncState {
                 synced: last,
@@ -176,9 +145,11 @@ impl Wal {
         Ok((
             Wal {
                 shared,
+                previous: Mutex::new(older),
                 syncer: Some(syncer),
             },
             last,
+            older_last > after_seq,
         ))
     }
 
@@ -198,7 +169,7 @@ impl Wal {
         rec[..8].copy_from_slice(&sum.to_le_bytes());
         let mut tail = lock(&sh.tail);
         let start = *tail;
-        sh.dev.write_at(&rec, start)?;
+        sh.current().write_at(&rec, start)?;
         *tail += rec.len() as u64;
         sh.written.fetch_max(seq, Ordering::Release);
         Ok(start)
@@ -209,7 +180,7 @@ impl Wal {
     pub fn retract(&self, offset: u64, seq: u64) -> Result<()> {
         let sh = &*self.shared;
         let mut tail = lock(&sh.tail);
-        sh.dev.set_len(offset)?;
+        sh.current().set_len(offset)?;
         *tail = offset;
         sh.written.store(seq - 1, Ordering::Release);
         let mut st = lock(&sh.sync);
@@ -234,7 +205,7 @@ impl Wal {
         loop {
             if let Some(why) = &st.failed {
                 return Err(Error::io(
-                    format!("sync {}", sh.dev.name()),
+                    format!("sync {}", sh.current().name()),
                     std::io::Error::other(format!("a log sync failed: {why}")),
                 ));
             }
@@ -249,13 +220,14 @@ impl Wal {
         }
     }
 
-    /// A checkpoint now covers every record up to `seq`: empty the log and start it with a
-    /// marker for that checkpoint.
+    /// A checkpoint now covers every record up to `seq`: empty both log files and start the
+    /// current one with a marker for that checkpoint.
     pub fn reset(&self, seq: u64) -> Result<()> {
         let sh = &*self.shared;
+        lock(&self.previous).set_len(0)?;
         {
             let mut tail = lock(&sh.tail);
-            sh.dev.set_len(0)?;
+            sh.current().set_len(0)?;
             *tail = 0;
         }
         {
@@ -263,21 +235,62 @@ impl Wal {
             st.synced = st.synced.max(seq);
         }
         self.append(Kind::Checkpoint, seq, &[])?;
-        sh.dev.sync()?;
+        sh.current().sync()?;
         sh.sync_done.notify_all();
         Ok(())
     }
 
+    /// A checkpoint covering every record up to `seq` (all appended) has begun: make those
+    /// records durable and go on in the other file, emptied and started with a marker for the
+    /// checkpoint. Replay reads the file left behind first, so nothing is lost if the
+    /// checkpoint never becomes durable; once it is, `release_previous` empties that file.
+    /// The other file must hold nothing the last durable checkpoint does not cover.
+    pub fn rotate(&self, seq: u64) -> Result<()> {
+        let sh = &*self.shared;
+        let written = sh.written.load(Ordering::Acquire);
+        sh.current().sync()?;
+        {
+            let mut st = lock(&sh.sync);
+            st.synced = st.synced.max(written);
+        }
+        sh.sync_done.notify_all();
+        let mut previous = lock(&self.previous);
+        let mut tail = lock(&sh.tail);
+        previous.set_len(0)?;
+        {
+            let mut current = lock(&sh.dev);
+            std::mem::swap(&mut *current, &mut *previous);
+        }
+        *tail = 0;
+        drop(tail);
+        drop(previous);
+        self.append(Kind::Checkpoint, seq, &[])?;
+        // Before any record in this file is acknowledged, the marker that orders the files.
+        sh.current().sync()
+    }
+
+    /// The checkpoint the last `rotate` began is durable: the file it left behind is obsolete.
+    pub fn release_previous(&self) -> Result<()> {
+        lock(&self.previous).set_len(0)
+    }
+
+    /// Bytes in the current log file since its last reset or rotation.
     pub fn size(&self) -> u64 {
         *lock(&self.shared.tail)
     }
 
-    pub fn device(&self) -> &Arc<dyn Device> {
-        &self.shared.dev
+    /// Bytes both log files hold.
+    pub fn file_bytes(&self) -> u64 {
+        let len = |d: &Arc<dyn Device>| d.len().unwrap_or(0);
+        len(&self.shared.current()) + len(&lock(&self.previous))
     }
 }
 
 impl Shared {
+    fn current(&self) -> Arc<dyn Device> {
+        lock(&self.dev).clone()
+    }
+
     /// The sync thread: whenever a writer wants a record durable that is not yet, fdatasync
     /// everything written so far, then wake the waiters.
     fn sync_loop(&self) {
@@ -291,8 +304,10 @@ impl Shared {
                 continue;
             }
             drop(st);
+            // The record count first: a rotation swaps the file only after syncing the old one
+            // and before any record goes to the new one, so the file read next covers `target`.
             let target = self.written.load(Ordering::Acquire);
-            let result = self.dev.sync();
+            let result = self.current().sync();
             st = lock(&self.sync);
             match result {
                 Ok(()) => st.synced = st.synced.max(target),
@@ -314,6 +329,90 @@ impl Drop for Wal {
             let _ = t.join();
         }
     }
+}
+
+/// The sequence number of the first valid record of a log file, if it has one, and whether it
+/// is a checkpoint marker (which comes after a batch of the same number).
+fn first_record(dev: &dyn Device) -> Result<Option<(u64, bool)>> {
+    let mut head = [0u8; HEADER];
+    let len = dev.len()?;
+    if len < HEADER as u64 {
+        return Ok(None);
+    }
+    dev.read_at(&mut head, 0)?;
+    let body_len = u32::from_le_bytes(head[8..12].try_into().unwrap()) as u64;
+    if HEADER as u64 + body_len > len {
+        return Ok(None);
+    }
+    let mut rec = vec![0u8; HEADER + body_len as usize];
+    dev.read_at(&mut rec, 0)?;
+    Ok(parse(&rec, 0, |_| true).map(|r| (r.seq, r.kind == Kind::Checkpoint)))
+}
+
+/// Replay one log file (see the module comment); returns where its valid records end and the
+/// last sequence number seen (at least `after_seq`).
+fn replay(
+    dev: &dyn Device,
+    after_seq: u64,
+    apply: &mut impl FnMut(Record<'_>) -> Result<()>,
+) -> Result<(u64, u64)> {
+    let len = dev.len()?;
+    let mut buf = vec![0u8; len as usize];
+    if len > 0 {
+        dev.read_at(&mut buf, 0)?;
+    }
+    let name = dev.name().to_string();
+    let mut off = 0usize;
+    let mut last = after_seq;
+    let mut expect: Option<u64> = None;
+    while let Some(r) = parse(&buf, off, |s| expect.is_none_or(|e| e == s)) {
+        if expect.is_none() && r.seq > after_seq + 1 {
+            return Err(Error::corruption(
+                &name,
+                off as u64,
+                format!(
+                    "log starts at sequence {} but the checkpoint covers only up to {after_seq}",
+                    r.seq
+                ),
+            ));
+        }
+        if r.seq > after_seq {
+            let payload = &buf[off + HEADER..off + HEADER + r.len];
+            apply(Record {
+                kind: r.kind,
+                file: &name,
+                seq: r.seq,
+                offset: off as u64,
+                payload,
+            })?;
+        }
+        last = last.max(r.seq);
+        expect = Some(r.seq + 1);
+        off += HEADER + r.len;
+    }
+    let replayed = last > after_seq;
+    if off < buf.len() {
+        // A valid later record written after the next expected one had been synced proves
+        // that acknowledged data is damaged; anything else is the tail of a crash.
+        let next = last + 1;
+        let most = last + (buf.len() / HEADER) as u64;
+        let proof = (off + 1..buf.len())
+            .filter_map(|p| parse(&buf, p, |s| s > last && s <= most))
+            .any(|r| r.durable >= next);
+        if proof {
+            return Err(Error::corruption(
+                &name,
+                off as u64,
+                format!("log record {next} is damaged but a later record shows it was synced"),
+            ));
+        }
+        dev.set_len(off as u64)?;
+    }
+    if replayed || off < buf.len() {
+        // What replay made visible must not vanish in a later power cut.
+        dev.sync()?;
+    }
+    Ok((off as u64, last))
 }
 
 /// The valid record at `off` whose sequence number `accept`s, if any. The sequence number is
@@ -347,18 +446,30 @@ mod tests {
     use super::*;
     use crate::storage::{SimDevice, SimDisk};
 
-    fn replay(dev: &Arc<SimDevice>, after: u64) -> Result<Vec<(u64, Vec<u8>)>> {
+    fn sim(name: &str) -> Arc<SimDevice> {
+        Arc::new(SimDevice::new(name, SimDisk::new(Default::default(), 0.0)))
+    }
+
+    type Replayed = Vec<(u64, Vec<u8>)>;
+
+    /// Replay the pair of files: sequence numbers and payloads, and whether the older file is
+    /// still needed.
+    fn replay_pair(a: &Arc<SimDevice>, b: &Arc<SimDevice>, after: u64) -> Result<(Replayed, bool)> {
         let mut seen = Vec::new();
-        Wal::open(dev.clone(), after, |r| {
+        let (_, _, needed) = Wal::open([a.clone(), b.clone()], after, |r| {
             seen.push((r.seq, r.payload.to_vec()));
             Ok(())
         })?;
-        Ok(seen)
+        Ok((seen, needed))
+    }
+
+    fn replay(dev: &Arc<SimDevice>, after: u64) -> Result<Replayed> {
+        Ok(replay_pair(dev, &sim("other"), after)?.0)
     }
 
     fn new_log() -> (Arc<SimDevice>, Wal) {
-        let dev = Arc::new(SimDevice::new("wal", SimDisk::new(Default::default(), 0.0)));
-        let (w, _) = Wal::open(dev.clone(), 0, |_| Ok(())).unwrap();
+        let dev = sim("wal");
+        let (w, _, _) = Wal::open([dev.clone(), sim("other")], 0, |_| Ok(())).unwrap();
         (dev, w)
     }
 
@@ -439,12 +550,51 @@ mod tests {
         w.append(Kind::Batch, 3, b"c").unwrap();
         w.retract(off + HEADER as u64 + 1, 3).unwrap();
         let mut kinds = Vec::new();
-        Wal::open(dev.clone(), 0, |r| {
+        Wal::open([dev.clone(), sim("other")], 0, |r| {
             kinds.push((r.kind, r.seq));
             Ok(())
         })
         .unwrap();
         assert_eq!(kinds, vec![(Kind::Checkpoint, 1), (Kind::Batch, 2)]);
+    }
+
+    #[test]
+    fn rotation_keeps_the_older_file_until_its_checkpoint_is_durable() {
+        let (a, b) = (sim("a"), sim("b"));
+        let (w, _, _) = Wal::open([a.clone(), b.clone()], 0, |_| Ok(())).unwrap();
+        w.append(Kind::Batch, 1, b"one").unwrap();
+        w.append(Kind::Batch, 2, b"two").unwrap();
+        w.rotate(2).unwrap();
+        w.append(Kind::Batch, 3, b"three").unwrap();
+        w.sync_through(3).unwrap();
+        let seqs = |v: Replayed| v.into_iter().map(|r| r.0).collect::<Vec<_>>();
+        // A power cut before the checkpoint is durable: both files, the older first. Records
+        // 1 and 2 were never waited for, but the rotation made them durable.
+        let (a0, b0) = (sim("a0"), sim("b0"));
+        a0.write_at(&a.durable_contents(), 0).unwrap();
+        b0.write_at(&b.durable_contents(), 0).unwrap();
+        let (seen, needed) = replay_pair(&b0, &a0, 0).unwrap();
+        assert_eq!((seqs(seen), needed), (vec![1, 2, 3], true));
+        // After it: the older file's records are covered.
+        let (seen, needed) = replay_pair(&a0, &b0, 2).unwrap();
+        assert_eq!((seqs(seen), needed), (vec![3], false));
+        w.release_previous().unwrap();
+        assert_eq!(a.len().unwrap(), 0);
+        drop(w);
+        assert_eq!(seqs(replay_pair(&a, &b, 2).unwrap().0), vec![3]);
+        // The checkpoint's superblock lost after the older file was emptied: the marker says
+        // records are missing.
+        assert!(replay_pair(&a, &b, 0).unwrap_err().is_corruption());
+        // A file that starts with a batch is older than one that starts with the marker of the
+        // checkpoint covering that batch.
+        let (a, b) = (sim("a"), sim("b"));
+        let (w, _, _) = Wal::open([a.clone(), b.clone()], 0, |_| Ok(())).unwrap();
+        w.append(Kind::Batch, 1, b"one").unwrap();
+        w.rotate(1).unwrap();
+        drop(w);
+        for (x, y) in [(&a, &b), (&b, &a)] {
+            assert_eq!(seqs(replay_pair(x, y, 0).unwrap().0), vec![1]);
+        }
     }
 
     #[test]
@@ -456,10 +606,7 @@ mod tests {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
             // What a power cut would leave: the durable image, replayed on a fresh device.
-            let copy = Arc::new(SimDevice::new(
-                "copy",
-                SimDisk::new(Default::default(), 0.0),
-            ));
+            let copy = sim("copy");
             copy.write_at(&dev.durable_contents(), 0).unwrap();
             if replay(&copy, 0).unwrap().len() == 1 {
                 break;

@@ -389,8 +389,9 @@ struct Run<'a> {
     cur: Map,
     /// The state at the last durable point, when it differs from `cur` (None: it equals `cur`).
     base: Option<Map>,
-    /// Batches acknowledged since the last durable point, in order.
-    since: Vec<Vec<W>>,
+    /// Batches acknowledged since the last durable point, in order, with their log sequence
+    /// numbers.
+    since: Vec<(u64, Vec<W>)>,
     checkpoints: u64,
     seen: &'a Seen,
 }
@@ -466,7 +467,8 @@ impl<'a> Run<'a> {
                 self.base = Some(self.cur.clone());
             }
             apply(&mut self.cur, &ws);
-            self.since.push(ws);
+            let seq = self.db().metrics().write_seq;
+            self.since.push((seq, ws));
         } else {
             apply(&mut self.cur, &ws);
             self.durable_point();
@@ -474,7 +476,8 @@ impl<'a> Run<'a> {
         self.note_checkpoint();
     }
 
-    /// A checkpoint that `write` started by itself makes everything so far durable. Also
+    /// A checkpoint that `write` started by itself makes everything up to its log sequence
+    /// number durable (it is made durable in the background, so later writes may not be). Also
     /// checks the engine's key count and the cache budget (nothing is pinned between calls,
     /// so the pool must be within its budget).
     fn note_checkpoint(&mut self) {
@@ -491,7 +494,16 @@ impl<'a> Run<'a> {
         if c > self.checkpoints {
             self.checkpoints = c;
             bump(&self.seen.auto_checkpoints);
-            self.durable_point();
+            let covered = m.engine.checkpoint_wal_seq;
+            let n = self.since.iter().take_while(|(s, _)| *s <= covered).count();
+            if n == self.since.len() {
+                self.durable_point();
+            } else {
+                let base = self.base.as_mut().expect("batches since a durable point");
+                for (_, ws) in self.since.drain(..n) {
+                    apply(base, &ws);
+                }
+            }
         }
     }
 
@@ -500,7 +512,7 @@ impl<'a> Run<'a> {
     fn candidates(&self) -> Vec<Map> {
         let mut m = self.base.clone().unwrap_or_else(|| self.cur.clone());
         let mut out = vec![m.clone()];
-        for ws in &self.since {
+        for (_, ws) in &self.since {
             apply(&mut m, ws);
             out.push(m.clone());
         }

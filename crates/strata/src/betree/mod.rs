@@ -37,7 +37,7 @@ use crate::engine::{apply_each, merge_operator, next_cursor, CheckReport, Engine
 use crate::error::{Error, Result};
 use crate::merge::MergeOperator;
 use crate::storage::block::kind;
-use crate::storage::{Checkpoint, Device, NodeId, NodeStore, Pager, Pin};
+use crate::storage::{Checkpoint, Commit, Device, NodeId, NodeStore, Pager, Pin};
 
 /// The first byte of the engine metadata in the superblock.
 pub const ENGINE_TAG: u8 = 2;
@@ -1542,9 +1542,13 @@ impl Engine for BeTree {
         }
     }
 
-    fn checkpoint(&mut self, wal_seq: u64) -> Result<()> {
+    fn begin_checkpoint(&mut self, wal_seq: u64) -> Result<Commit> {
         let meta = self.meta();
-        self.store.checkpoint(wal_seq, meta)
+        self.store.begin_checkpoint(wal_seq, meta)
+    }
+
+    fn finish_checkpoint(&mut self, c: Commit) -> Result<()> {
+        self.store.pager_mut().finish_commit(c)
     }
 
     fn settle(&mut self) -> Result<()> {
@@ -1567,6 +1571,7 @@ impl Engine for BeTree {
             leaf_nodes: self.leaves,
             blobs: self.blobs,
             checkpoints: pager.last_checkpoint().seq,
+            checkpoint_wal_seq: pager.last_checkpoint().wal_seq,
             cache: self.store.stats(),
             referenced_bytes: pager.referenced_bytes(),
             free_bytes: pager.free_bytes(),

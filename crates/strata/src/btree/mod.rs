@@ -27,7 +27,7 @@ use crate::engine::{merge_operator, next_cursor, CheckReport, Engine, EngineStat
 use crate::error::{Error, Result};
 use crate::merge::MergeOperator;
 use crate::storage::block::{kind, BLOCK_HEADER};
-use crate::storage::{Checkpoint, Device, NodeId, NodeStore, Pager, Pin};
+use crate::storage::{Checkpoint, Commit, Device, NodeId, NodeStore, Pager, Pin};
 
 /// The first byte of the engine metadata in the superblock.
 pub const ENGINE_TAG: u8 = 1;
@@ -646,9 +646,13 @@ impl Engine for BTree {
         }
     }
 
-    fn checkpoint(&mut self, wal_seq: u64) -> Result<()> {
+    fn begin_checkpoint(&mut self, wal_seq: u64) -> Result<Commit> {
         let meta = self.meta();
-        self.store.checkpoint(wal_seq, meta)
+        self.store.begin_checkpoint(wal_seq, meta)
+    }
+
+    fn finish_checkpoint(&mut self, c: Commit) -> Result<()> {
+        self.store.pager_mut().finish_commit(c)
     }
 
     fn settle(&mut self) -> Result<()> {
@@ -671,6 +675,7 @@ impl Engine for BTree {
             leaf_nodes: self.leaves,
             blobs: self.blobs,
             checkpoints: pager.last_checkpoint().seq,
+            checkpoint_wal_seq: pager.last_checkpoint().wal_seq,
             cache: self.store.stats(),
             referenced_bytes: pager.referenced_bytes(),
             free_bytes: pager.free_bytes(),

@@ -3,9 +3,12 @@
 //! Invariant that makes copy-on-write safe: space referenced by the last committed checkpoint is
 //! never handed out again before the next checkpoint commits. An extent allocated since the last
 //! commit is referenced by nothing durable, so freeing it makes it reusable at once; any other
-//! freed extent waits in `pending` until `commit_done`. Free space is not stored on disk: on open
-//! it is everything between the superblocks and the end of the file that the committed
-//! translation table does not reference.
+//! freed extent waits in `pending` until a checkpoint that no longer references it is durable.
+//! A commit runs in two steps so that its syncs can happen off the writer's path: `begin_commit`
+//! sets aside what the checkpoint being written stops referencing (and from then on treats
+//! everything allocated so far as referenced), `commit_done` releases that once the checkpoint
+//! is durable. Free space is not stored on disk: on open it is everything between the superblocks
+//! and the end of the file that the committed translation table does not reference.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -31,6 +34,8 @@ pub struct Allocator {
     by_size: BTreeSet<(u64, u64)>,
     fresh: HashSet<u64>,
     pending: Vec<Extent>,
+    /// Freed before the checkpoint being committed began: reusable once it is durable.
+    committing: Vec<Extent>,
 }
 
 impl Allocator {
@@ -41,6 +46,7 @@ impl Allocator {
             by_size: BTreeSet::new(),
             fresh: HashSet::new(),
             pending: Vec::new(),
+            committing: Vec::new(),
         }
     }
 
@@ -97,12 +103,21 @@ impl Allocator {
         }
     }
 
-    /// A checkpoint has committed: what it stopped referencing may be reused.
+    /// A checkpoint is being written: what it no longer references (`pending`, and `also`, the
+    /// previous checkpoint's table) becomes reusable when it is durable; what is allocated now
+    /// it references, so freeing that must wait for the checkpoint after it.
+    pub fn begin_commit(&mut self, also: Option<Extent>) {
+        debug_assert!(self.committing.is_empty(), "one commit at a time");
+        self.committing = std::mem::take(&mut self.pending);
+        self.committing.extend(also);
+        self.fresh.clear();
+    }
+
+    /// The checkpoint `begin_commit` started is durable: what it stopped referencing may be reused.
     pub fn commit_done(&mut self) {
-        for e in std::mem::take(&mut self.pending) {
+        for e in std::mem::take(&mut self.committing) {
             self.release(e);
         }
-        self.fresh.clear();
     }
 
     /// One past the last allocated byte; the file can be truncated here after a commit.
@@ -115,7 +130,11 @@ impl Allocator {
     }
 
     pub fn pending_bytes(&self) -> u64 {
-        self.pending.iter().map(|e| e.len).sum()
+        self.pending
+            .iter()
+            .chain(&self.committing)
+            .map(|e| e.len)
+            .sum()
     }
 
     fn release(&mut self, ext: Extent) {
@@ -172,6 +191,7 @@ mod tests {
             e.offset, 16384,
             "space the checkpoint references is not reused before commit"
         );
+        a.begin_commit(None);
         a.commit_done();
         assert_eq!(
             a.alloc(5000),
@@ -180,6 +200,31 @@ mod tests {
                 len: 8192
             }
         );
+    }
+
+    #[test]
+    fn space_freed_while_a_commit_is_in_flight_waits_for_the_next() {
+        let mut a = Allocator::new(8192);
+        let old = a.alloc(4096);
+        let kept = a.alloc(4096);
+        a.begin_commit(None);
+        a.commit_done();
+        // `old` is durable; free it, then begin a commit that no longer references it.
+        a.free(old);
+        a.begin_commit(None);
+        // `kept` is referenced by the commit in flight; `scratch` by nothing durable.
+        a.free(kept);
+        let scratch = a.alloc(4096);
+        assert_eq!(scratch.offset, 16384, "nothing reusable yet");
+        a.free(scratch);
+        assert_eq!(a.alloc(4096), scratch, "fresh space is reused at once");
+        assert_eq!(a.pending_bytes(), 8192);
+        a.commit_done();
+        assert_eq!(a.alloc(4096), old, "released when the commit is durable");
+        assert_eq!(a.pending_bytes(), 4096, "`kept` waits for the next commit");
+        a.begin_commit(None);
+        a.commit_done();
+        assert_eq!(a.alloc(4096), kept);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::pager::{NodeId, Pager};
+use super::pager::{Commit, NodeId, Pager};
 use crate::error::{Error, Result};
 
 /// A node type the pool can hold, load and write back.
@@ -296,10 +296,11 @@ impl<N: StoredNode> NodeStore<N> {
         Ok(dirty.len())
     }
 
-    /// Checkpoint: write dirty nodes, then commit the table and superblock.
-    pub fn checkpoint(&mut self, wal_seq: u64, engine_meta: Vec<u8>) -> Result<()> {
+    /// Start a checkpoint: write dirty nodes and the table; the returned commit still has to be
+    /// made durable (possibly on another thread) and then finished through the pager.
+    pub fn begin_checkpoint(&mut self, wal_seq: u64, engine_meta: Vec<u8>) -> Result<Commit> {
         self.write_dirty()?;
-        self.pager.commit(wal_seq, engine_meta)
+        self.pager.begin_commit(wal_seq, engine_meta)
     }
 
     pub fn dirty_bytes(&self) -> usize {

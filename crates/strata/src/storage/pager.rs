@@ -5,14 +5,14 @@
 //! copy-on-write: `write_block` always puts it in a fresh extent and repoints the table, so the
 //! extents the last checkpoint references stay intact until the next one commits.
 //!
-//! Commit protocol (`commit`):
+//! Commit protocol (`commit`, or its three steps apart):
 //! 1. the caller has written every dirty node (fresh extents);
-//! 2. write the translation table to a fresh extent;
-//! 3. sync the data file;
-//! 4. write the superblock (sequence number + 1, table location, WAL sequence, engine metadata,
-//!    checksum) into the slot the previous commit did not use, and sync again: this is the
-//!    commit point;
-//! 5. release the extents the new checkpoint no longer references.
+//! 2. `begin_commit`: write the translation table to a fresh extent and seal the superblock
+//!    (sequence number + 1, table location, WAL sequence, engine metadata, checksum);
+//! 3. `Commit::make_durable`, which may run on another thread while the caller goes on writing
+//!    nodes copy-on-write: sync the data file, write the superblock into the slot the previous
+//!    commit did not use, and sync again: this is the commit point;
+//! 4. `finish_commit`: release the extents the new checkpoint no longer references.
 //!
 //! Open reads both slots and takes the valid one with the higher sequence number, so a torn
 //! superblock write falls back to the previous checkpoint, whose extents are still intact.
@@ -48,6 +48,32 @@ pub struct Checkpoint {
     pub wal_seq: u64,
     /// Opaque to the pager: the engine's roots, geometry and counters.
     pub engine_meta: Vec<u8>,
+}
+
+/// A checkpoint whose table is written and whose superblock is sealed, not yet durable.
+#[derive(Debug)]
+pub struct Commit {
+    dev: Arc<dyn Device>,
+    superblock: Vec<u8>,
+    checkpoint: Checkpoint,
+    table: Extent,
+}
+
+impl Commit {
+    /// Step 3 of the protocol, safe on any thread: everything written before the sync, then
+    /// the superblock.
+    pub fn make_durable(&self) -> Result<()> {
+        self.dev.sync()?;
+        let slot = self.checkpoint.seq % 2;
+        self.dev
+            .write_at(&self.superblock, slot * SUPERBLOCK_SIZE)?;
+        self.dev.sync()
+    }
+
+    /// The log sequence number the checkpoint covers.
+    pub fn wal_seq(&self) -> u64 {
+        self.checkpoint.wal_seq
+    }
 }
 
 #[derive(Debug)]
@@ -266,8 +292,17 @@ impl Pager {
         }
     }
 
-    /// Make the current table durable as a new checkpoint (steps 2–5 of the protocol).
+    /// Make the current table durable as a new checkpoint (steps 2–4 of the protocol).
     pub fn commit(&mut self, wal_seq: u64, engine_meta: Vec<u8>) -> Result<()> {
+        let c = self.begin_commit(wal_seq, engine_meta)?;
+        c.make_durable()?;
+        self.finish_commit(c)
+    }
+
+    /// Step 2: write the current table and seal the superblock that will point to it. Until
+    /// `finish_commit`, the extents the last durable checkpoint references stay untouched and so
+    /// do those of this one, whatever the caller writes or frees meanwhile.
+    pub fn begin_commit(&mut self, wal_seq: u64, engine_meta: Vec<u8>) -> Result<Commit> {
         if engine_meta.len() > MAX_ENGINE_META {
             return Err(Error::InvalidOptions(format!(
                 "engine metadata of {} bytes does not fit in a superblock",
@@ -284,25 +319,31 @@ impl Pager {
             payload.extend_from_slice(&ext.len.to_le_bytes());
         }
         let sealed = block::seal(TABLE_OWNER, kind::TABLE, &payload);
-        let table_ext = self.alloc.alloc(sealed.len() as u64);
-        self.dev.write_at(&sealed, table_ext.offset)?;
-        self.dev.sync()?;
-
+        let table = self.alloc.alloc(sealed.len() as u64);
+        if let Err(e) = self.dev.write_at(&sealed, table.offset) {
+            self.alloc.free(table);
+            return Err(e);
+        }
         let checkpoint = Checkpoint {
             seq: self.last.seq + 1,
             wal_seq,
             engine_meta,
         };
-        let sb = encode_superblock(&checkpoint, self.next_id, table_ext);
-        let slot = checkpoint.seq % 2;
-        self.dev.write_at(&sb, slot * SUPERBLOCK_SIZE)?;
-        self.dev.sync()?;
+        self.alloc.begin_commit(self.table_extent);
+        Ok(Commit {
+            dev: self.dev.clone(),
+            superblock: encode_superblock(&checkpoint, self.next_id, table),
+            checkpoint,
+            table,
+        })
+    }
 
-        if let Some(old) = self.table_extent.replace(table_ext) {
-            self.alloc.free(old);
-        }
+    /// Step 4, once `c` is durable: release what the previous checkpoint alone referenced, and
+    /// give back the file's free tail.
+    pub fn finish_commit(&mut self, c: Commit) -> Result<()> {
+        self.table_extent = Some(c.table);
         self.alloc.commit_done();
-        self.last = checkpoint;
+        self.last = c.checkpoint;
         let end = self.alloc.end().max(DATA_START);
         if self.dev.len()? > end {
             self.dev.set_len(end)?;
