@@ -428,7 +428,10 @@ impl Db {
             .map_err(|e| self.poisoned(e))?;
         let thread = std::thread::Builder::new()
             .name("strata-checkpoint".into())
-            .spawn(move || commit.make_durable().map(|_| commit))
+            .spawn(move || {
+                let mut commit = commit;
+                commit.make_durable().map(|_| commit)
+            })
             .map_err(|e| self.poisoned(Error::io("start a checkpoint thread", e)))?;
         st.checkpointing = Some(thread);
         Ok(())
@@ -467,7 +470,11 @@ impl Db {
 
     /// Verify every checksum and the engine's invariants.
     pub fn check(&self) -> Result<CheckReport> {
-        self.state()?.engine.check()
+        let mut st = self.state()?;
+        // The checker reads every block from the file, and a checkpoint in flight may not
+        // have written all of its blocks yet.
+        self.finish_checkpoint(&mut st, true)?;
+        st.engine.check()
     }
 
     pub fn options(&self) -> &Options {

@@ -56,7 +56,7 @@ pub trait Engine: Send {
     fn finish_checkpoint(&mut self, c: Commit) -> Result<()>;
     /// A whole checkpoint, on the caller's thread.
     fn checkpoint(&mut self, wal_seq: u64) -> Result<()> {
-        let c = self.begin_checkpoint(wal_seq)?;
+        let mut c = self.begin_checkpoint(wal_seq)?;
         c.make_durable()?;
         self.finish_checkpoint(c)
     }

@@ -12,12 +12,17 @@
 //! ```
 //! Invariants: `data` is exactly the entries, back to back, keys strictly increasing;
 //! `offs[i]` is where entry i starts and `heads[i] == keys::head(key(i))`.
+//!
+//! `data` is reference-counted so that a checkpoint can write it from another thread without a
+//! copy (`shared_data`): a change to a basement whose bytes a checkpoint still holds copies them
+//! first (`Arc::make_mut`), so the checkpoint writes the bytes as they were.
 
 use crate::btree::keys::head;
 use crate::btree::Val;
 use crate::codec::Reader;
 use crate::storage::NodeId;
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 /// Bytes of an entry's fixed fields (key length, tag, value length).
 const FIXED: usize = 7;
@@ -91,7 +96,7 @@ fn write_value(dst: &mut [u8], val: &Val) {
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Basement {
-    data: Vec<u8>,
+    data: Arc<Vec<u8>>,
     offs: Vec<u32>,
     heads: Vec<u64>,
 }
@@ -99,7 +104,7 @@ pub struct Basement {
 impl Basement {
     pub fn with_capacity(entries: usize, bytes: usize) -> Basement {
         Basement {
-            data: Vec::with_capacity(bytes),
+            data: Arc::new(Vec::with_capacity(bytes)),
             offs: Vec::with_capacity(entries),
             heads: Vec::with_capacity(entries),
         }
@@ -201,7 +206,7 @@ impl Basement {
         debug_assert!(self.last_key().is_none_or(|l| l < key));
         self.offs.push(self.data.len() as u32);
         self.heads.push(head(key));
-        encode_entry(key, val, &mut self.data);
+        encode_entry(key, val, self.data_mut());
     }
 
     /// Append entries `range` of `other` as they are encoded (their keys must be above every
@@ -219,7 +224,7 @@ impl Basement {
                 .map(|&o| (o as i64 + shift) as u32),
         );
         self.heads.extend_from_slice(&other.heads[range]);
-        self.data.extend_from_slice(&other.data[from..to]);
+        self.data_mut().extend_from_slice(&other.data[from..to]);
     }
 
     /// Put an entry at position i, which must keep the keys in order.
@@ -231,7 +236,7 @@ impl Basement {
         };
         let len = entry_len(key, val);
         self.open_gap(at, 0, len);
-        write_entry(&mut self.data[at..at + len], key, val);
+        write_entry(&mut self.data_mut()[at..at + len], key, val);
         for o in &mut self.offs[i..] {
             *o += len as u32;
         }
@@ -246,7 +251,7 @@ impl Basement {
         let len = FIXED + klen + val.encoded_len();
         self.open_gap(at, end - at, len);
         // The key stays where it was: only the fixed fields and the value are rewritten.
-        let (fixed, rest) = self.data[at..at + len].split_at_mut(FIXED);
+        let (fixed, rest) = self.data_mut()[at..at + len].split_at_mut(FIXED);
         write_fixed(fixed, klen, val);
         write_value(&mut rest[klen..], val);
         if len != end - at {
@@ -260,19 +265,25 @@ impl Basement {
     /// span itself are left as they were, up to the shorter of the two).
     fn open_gap(&mut self, at: usize, old: usize, new: usize) {
         let tail = at + old;
-        let len = self.data.len();
+        let data = self.data_mut();
+        let len = data.len();
         if new > old {
-            self.data.resize(len + new - old, 0);
-            self.data.copy_within(tail..len, at + new);
+            data.resize(len + new - old, 0);
+            data.copy_within(tail..len, at + new);
         } else if new < old {
-            self.data.copy_within(tail..len, at + new);
-            self.data.truncate(len - (old - new));
+            data.copy_within(tail..len, at + new);
+            data.truncate(len - (old - new));
         }
+    }
+
+    /// The entries' bytes to change, copied first if a checkpoint still holds them.
+    fn data_mut(&mut self) -> &mut Vec<u8> {
+        Arc::make_mut(&mut self.data)
     }
 
     pub fn remove(&mut self, i: usize) {
         let (at, end) = (self.start(i), self.end(i));
-        self.data.drain(at..end);
+        self.data_mut().drain(at..end);
         self.offs.remove(i);
         self.heads.remove(i);
         for o in &mut self.offs[i..] {
@@ -286,7 +297,7 @@ impl Basement {
             return Basement::default();
         }
         let cut = self.start(at);
-        let data = self.data.split_off(cut);
+        let data = Arc::new(self.data_mut().split_off(cut));
         let mut offs = self.offs.split_off(at);
         for o in &mut offs {
             *o -= cut as u32;
@@ -298,7 +309,7 @@ impl Basement {
     /// Give back spare capacity when more than a third of it is unused.
     pub fn shrink(&mut self) {
         if self.data.capacity() > self.data.len() + self.data.len() / 2 {
-            self.data.shrink_to_fit();
+            self.data_mut().shrink_to_fit();
             self.offs.shrink_to_fit();
             self.heads.shrink_to_fit();
         }
@@ -310,14 +321,26 @@ impl Basement {
             .first_key()
             .is_none_or(|f| self.last_key().is_none_or(|l| l < f)));
         let base = self.data.len() as u32;
-        self.data.extend_from_slice(&other.data);
+        self.data_mut().extend_from_slice(&other.data);
         self.offs.extend(other.offs.iter().map(|o| o + base));
         self.heads.extend_from_slice(&other.heads);
     }
 
+    /// The encoding in one buffer (nodes write `shared_data` instead).
+    #[cfg(test)]
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&(self.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.count());
         out.extend_from_slice(&self.data);
+    }
+
+    /// The encoding in two pieces, without a copy: the entry count, then the entries (shared
+    /// with this basement, which copies them before its next change while they are held).
+    pub fn shared_data(&self) -> ([u8; 4], Arc<Vec<u8>>) {
+        (self.count(), self.data.clone())
+    }
+
+    fn count(&self) -> [u8; 4] {
+        (self.len() as u32).to_le_bytes()
     }
 
     /// A basement from its encoding, checking every length, tag and the key order.
@@ -326,7 +349,7 @@ impl Basement {
         let n = r.u32()? as usize;
         let body = &p[4..];
         let mut b = Basement {
-            data: Vec::new(),
+            data: Arc::default(),
             offs: Vec::with_capacity(n),
             heads: Vec::with_capacity(n),
         };
@@ -350,7 +373,7 @@ impl Basement {
             b.heads.push(head(key));
         }
         r.finish()?;
-        b.data = body.to_vec();
+        b.data = Arc::new(body.to_vec());
         Ok(b)
     }
 }

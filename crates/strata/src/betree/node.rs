@@ -20,7 +20,7 @@
 //! Invariant the engine keeps: a dirty node is fully loaded (a node is written back whole), so
 //! only clean nodes have partitions that are not resident.
 
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::basement::Basement;
 use super::msg::Segment;
@@ -28,7 +28,7 @@ use crate::btree::keys::Keys;
 use crate::codec::Reader;
 use crate::error::{Error, Result};
 use crate::storage::block::{self, kind, BLOCK_HEADER};
-use crate::storage::{NodeId, Pager, StoredNode};
+use crate::storage::{Chunk, NodeId, Pager, Sealed, StoredNode};
 
 /// Nodes up to this size are read whole on a miss: below about the device's half-bandwidth
 /// point (1/α ≈ 60–130 KiB here) a second, partial read costs more than reading the rest.
@@ -391,46 +391,53 @@ impl StoredNode for Node {
         Node::decode_head(k, &head).map_err(bad)
     }
 
-    fn store(&mut self, pager: &mut Pager, id: NodeId) -> Result<()> {
+    fn seal(&mut self, id: NodeId) -> Sealed {
         let head_len = match self {
             Node::Internal(n) => n.head_len(),
             Node::Leaf(l) => l.head_len(),
         };
-        // Each partition is encoded straight into the tail, then located and summed there.
-        let size = match self {
-            Node::Internal(n) => n.size(),
-            Node::Leaf(l) => l.size(),
+        // Partitions are located and summed as they are laid out after the head. Segments are
+        // encoded into one buffer; basements are written from their own buffers, uncopied.
+        let mut at = BLOCK_HEADER + head_len;
+        let mut place = |len: usize, sum: u64| {
+            let loc = Loc {
+                off: at as u32,
+                len: len as u32,
+                sum,
+            };
+            at += len;
+            loc
         };
-        let mut tail = Vec::with_capacity(size - BLOCK_HEADER - head_len);
-        let mut place = |encode: &dyn Fn(&mut Vec<u8>)| {
-            let start = tail.len();
-            encode(&mut tail);
-            Loc {
-                off: (BLOCK_HEADER + head_len + start) as u32,
-                len: (tail.len() - start) as u32,
-                sum: xxh3_64(&tail[start..]),
-            }
-        };
-        match self {
+        let tail = match self {
             Node::Internal(n) => {
+                let mut buf = Vec::with_capacity(n.size() - BLOCK_HEADER - head_len);
                 for s in &mut n.segs {
-                    let seg = s.get();
-                    s.loc = Some(place(&|out| seg.encode(out)));
+                    let start = buf.len();
+                    s.get().encode(&mut buf);
+                    s.loc = Some(place(buf.len() - start, xxh3_64(&buf[start..])));
                 }
+                vec![Chunk::Owned(buf)]
             }
             Node::Leaf(l) => {
+                let mut tail = Vec::with_capacity(2 * l.bases.len());
                 for b in &mut l.bases {
                     // A written basement gives back the slack its in-place inserts left.
                     b.get_mut().shrink();
-                    let base = b.get();
-                    b.loc = Some(place(&|out| base.encode(out)));
+                    let (count, data) = b.get().shared_data();
+                    let mut sum = Xxh3::new();
+                    sum.update(&count);
+                    sum.update(&data);
+                    b.loc = Some(place(count.len() + data.len(), sum.digest()));
+                    tail.push(Chunk::Owned(count.to_vec()));
+                    tail.push(Chunk::Shared(data));
                 }
+                tail
             }
-        }
+        };
         let mut head = Vec::with_capacity(head_len);
         let k = self.encode_head(&mut head);
         debug_assert_eq!(head.len(), head_len);
-        pager.write_block_with_tail(id, k, &head, &tail)
+        Sealed::new(id, k, &head, tail)
     }
 
     fn shed(&mut self) -> bool {

@@ -17,7 +17,7 @@ use crate::codec::Reader;
 use crate::error::Result as DbResult;
 use crate::storage::block::kind;
 use crate::storage::cache::load_block;
-use crate::storage::{NodeId, Pager, StoredNode};
+use crate::storage::{NodeId, Pager, Sealed, StoredNode};
 
 pub const LEAF_FIXED: usize = 4;
 pub const INTERNAL_FIXED: usize = 12;
@@ -251,10 +251,10 @@ impl StoredNode for Node {
         load_block(pager, id, Node::decode)
     }
 
-    fn store(&mut self, pager: &mut Pager, id: NodeId) -> DbResult<()> {
+    fn seal(&mut self, id: NodeId) -> Sealed {
         let mut buf = Vec::new();
         let kind = self.encode(&mut buf);
-        pager.write_block(id, kind, &buf)
+        Sealed::new(id, kind, &buf, Vec::new())
     }
 
     fn charge(&self) -> usize {

@@ -32,21 +32,30 @@ pub fn seal(owner: u64, kind: u8, payload: &[u8]) -> Vec<u8> {
 
 /// Frame `head` as a block and append `tail` after it, outside the block checksum: for nodes
 /// whose head is a directory of separately checksummed partitions that are read on their own.
-pub fn seal_with_tail(owner: u64, kind: u8, payload: &[u8], tail: &[u8]) -> Vec<u8> {
-    let used = BLOCK_HEADER + payload.len() + tail.len();
-    let total = (used as u64).div_ceil(PAGE) as usize * PAGE as usize;
-    let mut out = Vec::with_capacity(total);
+pub fn seal_with_tail(owner: u64, kind: u8, head: &[u8], tail: &[u8]) -> Vec<u8> {
+    let mut out = seal_head(owner, kind, head);
+    out.extend_from_slice(tail);
+    out.resize(out.len() + padding(out.len()), 0);
+    out
+}
+
+/// The block header and `head`, checksummed, without padding (see `seal_with_tail`).
+pub fn seal_head(owner: u64, kind: u8, head: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(BLOCK_HEADER + head.len());
     out.extend_from_slice(&[0u8; 8]);
     out.extend_from_slice(&owner.to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(head.len() as u32).to_le_bytes());
     out.push(kind);
     out.extend_from_slice(&[0u8; 3]);
-    out.extend_from_slice(payload);
-    let sum = xxh3_64(&out[8..BLOCK_HEADER + payload.len()]);
+    out.extend_from_slice(head);
+    let sum = xxh3_64(&out[8..]);
     out[..8].copy_from_slice(&sum.to_le_bytes());
-    out.extend_from_slice(tail);
-    out.resize(total, 0);
     out
+}
+
+/// Zero bytes that pad a block of `used` bytes to a whole number of pages.
+pub fn padding(used: usize) -> usize {
+    (used as u64).div_ceil(PAGE).max(1) as usize * PAGE as usize - used
 }
 
 /// The payload length a block header declares (the header must be at least 24 bytes).

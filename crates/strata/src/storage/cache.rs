@@ -15,9 +15,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
-use super::pager::{Commit, NodeId, Pager};
+use super::pager::{BlockWrite, Commit, NodeId, Pager, Sealed};
 use crate::error::{Error, Result};
 
 /// A node type the pool can hold, load and write back.
@@ -27,8 +27,10 @@ pub trait StoredNode: Send + Sync + Sized + 'static {
     /// Read node `id`: as much of it as must be resident (engines that load partitions on
     /// demand read only the node's header here).
     fn load(pager: &Pager, id: NodeId) -> Result<Self>;
-    /// Write the node back, copy-on-write through the pager. Called on dirty nodes only.
-    fn store(&mut self, pager: &mut Pager, id: NodeId) -> Result<()>;
+    /// Frame the node as a block for writing back (the pool writes it, now or, for a
+    /// checkpoint, later: see `Sealed::shares`). Called on dirty nodes only; the node's
+    /// partitions are located in the sealed block, wherever the pager then places it.
+    fn seal(&mut self, id: NodeId) -> Sealed;
     /// Drop what can be read again (clean partitions) but stay resident; whether anything was
     /// dropped. Called on clean, unpinned nodes before they are evicted whole.
     fn shed(&mut self) -> bool {
@@ -54,6 +56,9 @@ pub struct NodeCell<N> {
     id: NodeId,
     node: RwLock<N>,
     dirty: AtomicBool,
+    /// The block a checkpoint placed for this node, while its thread has yet to write it: a
+    /// clean node is read back from there, so it is written before the node gives up memory.
+    placed: Mutex<Weak<BlockWrite>>,
 }
 
 /// A pinned node: it stays in the pool while this handle lives.
@@ -177,6 +182,7 @@ impl<N: StoredNode> NodeStore<N> {
             id,
             node: RwLock::new(node),
             dirty: AtomicBool::new(dirty),
+            placed: Mutex::new(Weak::new()),
         });
         let entry = Entry {
             cell: cell.clone(),
@@ -224,11 +230,25 @@ impl<N: StoredNode> NodeStore<N> {
         self.pager.free(id);
     }
 
-    fn write_back(&mut self, cell: &NodeCell<N>) -> Result<()> {
+    fn seal(cell: &NodeCell<N>) -> Sealed {
         cell.node
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .store(&mut self.pager, cell.id)?;
+            .seal(cell.id)
+    }
+
+    /// If a checkpoint placed this clean node's block and has not written it yet, write it now
+    /// (the checkpoint's thread may write the same bytes too), so that it can be read back.
+    fn write_placed(&self, cell: &NodeCell<N>) -> Result<()> {
+        let placed = std::mem::take(&mut *cell.placed.lock().unwrap_or_else(|e| e.into_inner()));
+        match placed.upgrade() {
+            Some(block) => block.write_to(&**self.pager.device()),
+            None => Ok(()),
+        }
+    }
+
+    fn write_back(&mut self, cell: &NodeCell<N>) -> Result<()> {
+        self.pager.write_sealed(cell.id, Self::seal(cell))?;
         cell.dirty.store(false, Ordering::Relaxed);
         Ok(())
     }
@@ -254,6 +274,7 @@ impl<N: StoredNode> NodeStore<N> {
             }
             let cell = e.cell.clone();
             if !cell.dirty.load(Ordering::Relaxed) {
+                self.write_placed(&cell)?;
                 // Partial eviction first: a clean node gives up its partitions and keeps its
                 // header for another round of the clock.
                 let mut node = cell.node.write().unwrap_or_else(|e| e.into_inner());
@@ -281,8 +302,11 @@ impl<N: StoredNode> NodeStore<N> {
         Ok(())
     }
 
-    /// Write every dirty resident node (the first step of a checkpoint).
-    pub fn write_dirty(&mut self) -> Result<usize> {
+    /// Start a checkpoint: seal every dirty node and write the table. A node whose block shares
+    /// its bytes with the node (the Bε-tree's basements) is only placed: the returned commit
+    /// writes it when made durable, possibly on another thread (and eviction writes it first if
+    /// the node leaves memory before that). Other nodes are written now.
+    pub fn begin_checkpoint(&mut self, wal_seq: u64, engine_meta: Vec<u8>) -> Result<Commit> {
         let dirty: Vec<Arc<NodeCell<N>>> = self
             .slots
             .iter()
@@ -290,17 +314,19 @@ impl<N: StoredNode> NodeStore<N> {
             .filter(|e| e.cell.dirty.load(Ordering::Relaxed))
             .map(|e| e.cell.clone())
             .collect();
-        for cell in &dirty {
-            self.write_back(cell)?;
+        let mut later = Vec::new();
+        for cell in dirty {
+            let sealed = Self::seal(&cell);
+            if sealed.shares() {
+                let block = Arc::new(self.pager.place_sealed(cell.id, sealed));
+                *cell.placed.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&block);
+                later.push(block);
+            } else {
+                self.pager.write_sealed(cell.id, sealed)?;
+            }
+            cell.dirty.store(false, Ordering::Relaxed);
         }
-        Ok(dirty.len())
-    }
-
-    /// Start a checkpoint: write dirty nodes and the table; the returned commit still has to be
-    /// made durable (possibly on another thread) and then finished through the pager.
-    pub fn begin_checkpoint(&mut self, wal_seq: u64, engine_meta: Vec<u8>) -> Result<Commit> {
-        self.write_dirty()?;
-        self.pager.begin_commit(wal_seq, engine_meta)
+        self.pager.begin_commit(wal_seq, engine_meta, later)
     }
 
     pub fn dirty_bytes(&self) -> usize {

@@ -8,6 +8,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -25,6 +26,11 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
     /// Write all of `data` at `offset`, growing the device if needed.
     fn write_at(&self, data: &[u8], offset: u64) -> Result<()>;
+    /// Write `parts` back to back from `offset`, as one IO (a node's head and its partitions,
+    /// without first copying them into one buffer).
+    fn write_parts_at(&self, parts: &[&[u8]], offset: u64) -> Result<()> {
+        self.write_at(&parts.concat(), offset)
+    }
     /// Make every completed write durable.
     fn sync(&self) -> Result<()>;
     fn len(&self) -> Result<u64>;
@@ -59,6 +65,11 @@ impl Device for Metered {
     fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
         self.stats.record_write(data.len() as u64);
         self.inner.write_at(data, offset)
+    }
+    fn write_parts_at(&self, parts: &[&[u8]], offset: u64) -> Result<()> {
+        self.stats
+            .record_write(parts.iter().map(|p| p.len() as u64).sum());
+        self.inner.write_parts_at(parts, offset)
     }
     fn sync(&self) -> Result<()> {
         self.stats.record_sync();
@@ -208,6 +219,62 @@ impl Device for FileDevice {
         let end = offset + data.len() as u64;
         if start + wlen as u64 > file_len.max(end) {
             self.set_len(file_len.max(end))?;
+        }
+        Ok(())
+    }
+
+    fn write_parts_at(&self, parts: &[&[u8]], offset: u64) -> Result<()> {
+        if self.direct {
+            return self.write_at(&parts.concat(), offset);
+        }
+        let mut iov: Vec<libc::iovec> = parts
+            .iter()
+            .filter(|p| !p.is_empty())
+            .map(|p| libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            })
+            .collect();
+        let (mut next, mut at) = (0, offset);
+        let fail = |at: u64, e| Error::io(format!("write at {at} of {}", self.name), e);
+        while next < iov.len() {
+            // At most IOV_MAX (1024 on Linux) buffers per call.
+            let n = (iov.len() - next).min(1024) as libc::c_int;
+            // SAFETY: the iovecs point into `parts`, which outlive the call, and pwritev only
+            // reads through them.
+            let wrote = unsafe {
+                libc::pwritev(
+                    self.file.as_raw_fd(),
+                    iov[next..].as_ptr(),
+                    n,
+                    at as libc::off_t,
+                )
+            };
+            if wrote < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(fail(at, e));
+            }
+            if wrote == 0 {
+                return Err(fail(at, std::io::ErrorKind::WriteZero.into()));
+            }
+            at += wrote as u64;
+            // Skip what was written; a short write leaves the rest of one buffer.
+            let mut left = wrote as usize;
+            while left > 0 {
+                let v = &mut iov[next];
+                if left >= v.iov_len {
+                    left -= v.iov_len;
+                    next += 1;
+                } else {
+                    // SAFETY: `left` is inside this buffer.
+                    v.iov_base = unsafe { (v.iov_base as *mut u8).add(left) } as *mut libc::c_void;
+                    v.iov_len -= left;
+                    left = 0;
+                }
+            }
         }
         Ok(())
     }

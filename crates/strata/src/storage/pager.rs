@@ -50,19 +50,88 @@ pub struct Checkpoint {
     pub engine_meta: Vec<u8>,
 }
 
+/// Part of a block's bytes: owned, or shared with the resident node it was cut from (which
+/// copies it before changing it, so the bytes stay as they were sealed).
+#[derive(Debug)]
+pub enum Chunk {
+    Owned(Vec<u8>),
+    Shared(Arc<Vec<u8>>),
+}
+
+impl Chunk {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Chunk::Owned(v) => v,
+            Chunk::Shared(v) => v,
+        }
+    }
+}
+
+/// A node's block, framed (`block::seal_head`, then the tail, then padding), not yet placed.
+#[derive(Debug)]
+pub struct Sealed {
+    chunks: Vec<Chunk>,
+    len: u64,
+}
+
+impl Sealed {
+    /// `head` is covered by the block checksum; `tail` follows it outside (partitions that
+    /// carry checksums of their own).
+    pub fn new(owner: NodeId, kind: u8, head: &[u8], tail: Vec<Chunk>) -> Sealed {
+        let mut chunks = Vec::with_capacity(tail.len() + 2);
+        chunks.push(Chunk::Owned(block::seal_head(owner, kind, head)));
+        chunks.extend(tail);
+        let used: usize = chunks.iter().map(|c| c.bytes().len()).sum();
+        let pad = block::padding(used);
+        if pad > 0 {
+            chunks.push(Chunk::Owned(vec![0; pad]));
+        }
+        Sealed {
+            chunks,
+            len: (used + pad) as u64,
+        }
+    }
+
+    /// Whether some of the bytes are shared with a resident node, so that writing them later
+    /// costs no copy.
+    pub fn shares(&self) -> bool {
+        self.chunks.iter().any(|c| matches!(c, Chunk::Shared(_)))
+    }
+}
+
+/// A block placed in the file and in the table whose bytes are still to be written.
+#[derive(Debug)]
+pub struct BlockWrite {
+    offset: u64,
+    chunks: Vec<Chunk>,
+}
+
+impl BlockWrite {
+    /// Write the block; writing it twice writes the same bytes.
+    pub fn write_to(&self, dev: &dyn Device) -> Result<()> {
+        let parts: Vec<&[u8]> = self.chunks.iter().map(Chunk::bytes).collect();
+        dev.write_parts_at(&parts, self.offset)
+    }
+}
+
 /// A checkpoint whose table is written and whose superblock is sealed, not yet durable.
 #[derive(Debug)]
 pub struct Commit {
     dev: Arc<dyn Device>,
+    /// Node blocks placed in the table but not yet written.
+    writes: Vec<Arc<BlockWrite>>,
     superblock: Vec<u8>,
     checkpoint: Checkpoint,
     table: Extent,
 }
 
 impl Commit {
-    /// Step 3 of the protocol, safe on any thread: everything written before the sync, then
-    /// the superblock.
-    pub fn make_durable(&self) -> Result<()> {
+    /// Step 3 of the protocol, safe on any thread: the blocks still to be written (each let go
+    /// once written), a sync, then the superblock.
+    pub fn make_durable(&mut self) -> Result<()> {
+        for w in std::mem::take(&mut self.writes) {
+            w.write_to(&*self.dev)?;
+        }
         self.dev.sync()?;
         let slot = self.checkpoint.seq % 2;
         self.dev
@@ -236,17 +305,6 @@ impl Pager {
         Ok((k, payload.to_vec()))
     }
 
-    /// Write node `id` copy-on-write as a checksummed head followed by `tail`.
-    pub fn write_block_with_tail(
-        &mut self,
-        id: NodeId,
-        kind: u8,
-        head: &[u8],
-        tail: &[u8],
-    ) -> Result<()> {
-        self.write_sealed(id, block::seal_with_tail(id, kind, head, tail))
-    }
-
     /// The byte offset in the file of node `id`'s extent (for error messages).
     pub fn offset_of(&self, id: NodeId) -> u64 {
         self.extent(id).map_or(0, |e| e.offset)
@@ -270,19 +328,40 @@ impl Pager {
 
     /// Write node `id` copy-on-write: a fresh extent, then repoint the table.
     pub fn write_block(&mut self, id: NodeId, kind: u8, payload: &[u8]) -> Result<()> {
-        self.write_sealed(id, block::seal(id, kind, payload))
+        self.write_sealed(id, Sealed::new(id, kind, payload, Vec::new()))
     }
 
-    fn write_sealed(&mut self, id: NodeId, sealed: Vec<u8>) -> Result<()> {
-        let ext = self.alloc.alloc(sealed.len() as u64);
-        if let Err(e) = self.dev.write_at(&sealed, ext.offset) {
+    /// Write a sealed block for node `id` now, copy-on-write.
+    pub fn write_sealed(&mut self, id: NodeId, sealed: Sealed) -> Result<()> {
+        let ext = self.alloc.alloc(sealed.len);
+        let w = BlockWrite {
+            offset: ext.offset,
+            chunks: sealed.chunks,
+        };
+        if let Err(e) = w.write_to(&*self.dev) {
             self.alloc.free(ext);
             return Err(e);
         }
+        self.repoint(id, ext);
+        Ok(())
+    }
+
+    /// Give node `id` a fresh extent for `sealed` and repoint the table at it, leaving the
+    /// write to the caller: the block must be written before anything reads it there, and
+    /// before the next sync that a checkpoint relies on.
+    pub fn place_sealed(&mut self, id: NodeId, sealed: Sealed) -> BlockWrite {
+        let ext = self.alloc.alloc(sealed.len);
+        self.repoint(id, ext);
+        BlockWrite {
+            offset: ext.offset,
+            chunks: sealed.chunks,
+        }
+    }
+
+    fn repoint(&mut self, id: NodeId, ext: Extent) {
         if let Some(old) = self.table.insert(id, ext) {
             self.alloc.free(old);
         }
-        Ok(())
     }
 
     /// Forget node `id`; its extent is reused once no durable checkpoint references it.
@@ -294,15 +373,21 @@ impl Pager {
 
     /// Make the current table durable as a new checkpoint (steps 2–4 of the protocol).
     pub fn commit(&mut self, wal_seq: u64, engine_meta: Vec<u8>) -> Result<()> {
-        let c = self.begin_commit(wal_seq, engine_meta)?;
+        let mut c = self.begin_commit(wal_seq, engine_meta, Vec::new())?;
         c.make_durable()?;
         self.finish_commit(c)
     }
 
     /// Step 2: write the current table and seal the superblock that will point to it. Until
     /// `finish_commit`, the extents the last durable checkpoint references stay untouched and so
-    /// do those of this one, whatever the caller writes or frees meanwhile.
-    pub fn begin_commit(&mut self, wal_seq: u64, engine_meta: Vec<u8>) -> Result<Commit> {
+    /// do those of this one, whatever the caller writes or frees meanwhile. `writes` are blocks
+    /// already placed in the table (`place_sealed`) that `make_durable` writes first.
+    pub fn begin_commit(
+        &mut self,
+        wal_seq: u64,
+        engine_meta: Vec<u8>,
+        writes: Vec<Arc<BlockWrite>>,
+    ) -> Result<Commit> {
         if engine_meta.len() > MAX_ENGINE_META {
             return Err(Error::InvalidOptions(format!(
                 "engine metadata of {} bytes does not fit in a superblock",
@@ -332,6 +417,7 @@ impl Pager {
         self.alloc.begin_commit(self.table_extent);
         Ok(Commit {
             dev: self.dev.clone(),
+            writes,
             superblock: encode_superblock(&checkpoint, self.next_id, table),
             checkpoint,
             table,
