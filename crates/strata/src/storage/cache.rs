@@ -5,7 +5,8 @@
 //!   was evicted" cannot be written.
 //! - Eviction is CLOCK: a hand sweeps the entries, clearing reference bits and evicting the first
 //!   unpinned entry whose bit is already clear. A dirty victim is written back (copy-on-write,
-//!   through the pager) before it is dropped.
+//!   through the pager) before it is dropped. A clean victim whose block a checkpoint placed but
+//!   has not written yet is written first, since it will be read back from there.
 //! - Every entry is charged `StoredNode::charge()` bytes. Engines that load a node one partition
 //!   at a time (the Bε-tree) grow a resident node and call `recharge`; the pool evicts to make
 //!   room as for any other growth, and before evicting a clean node whole it asks the node to

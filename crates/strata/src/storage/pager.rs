@@ -6,12 +6,13 @@
 //! extents the last checkpoint references stay intact until the next one commits.
 //!
 //! Commit protocol (`commit`, or its three steps apart):
-//! 1. the caller has written every dirty node (fresh extents);
+//! 1. the caller has written every dirty node to a fresh extent, or placed it there
+//!    (`place_sealed`) for step 3 to write;
 //! 2. `begin_commit`: write the translation table to a fresh extent and seal the superblock
 //!    (sequence number + 1, table location, WAL sequence, engine metadata, checksum);
 //! 3. `Commit::make_durable`, which may run on another thread while the caller goes on writing
-//!    nodes copy-on-write: sync the data file, write the superblock into the slot the previous
-//!    commit did not use, and sync again: this is the commit point;
+//!    nodes copy-on-write: write the placed blocks, sync the data file, write the superblock
+//!    into the slot the previous commit did not use, and sync again: this is the commit point;
 //! 4. `finish_commit`: release the extents the new checkpoint no longer references.
 //!
 //! Open reads both slots and takes the valid one with the higher sequence number, so a torn
@@ -107,6 +108,12 @@ pub struct BlockWrite {
 }
 
 impl BlockWrite {
+    /// Wait until the device has the block (not durably: see `Device::write_out`).
+    fn write_out(&self, dev: &dyn Device) -> Result<()> {
+        let len = self.chunks.iter().map(|c| c.bytes().len() as u64).sum();
+        dev.write_out(self.offset, len)
+    }
+
     /// Write the block; writing it twice writes the same bytes.
     pub fn write_to(&self, dev: &dyn Device) -> Result<()> {
         let parts: Vec<&[u8]> = self.chunks.iter().map(Chunk::bytes).collect();
@@ -131,6 +138,7 @@ impl Commit {
     pub fn make_durable(&mut self) -> Result<()> {
         for w in std::mem::take(&mut self.writes) {
             w.write_to(&*self.dev)?;
+            w.write_out(&*self.dev)?;
         }
         self.dev.sync()?;
         let slot = self.checkpoint.seq % 2;
