@@ -626,14 +626,7 @@ impl BeTree {
         };
         self.store.mark_dirty(parent);
         let child = self.store.get(child_id)?;
-        self.load_all(&child)?;
-        let is_leaf = child.read().is_leaf();
-        if is_leaf {
-            self.apply_to_leaf(&child, msgs)?;
-        } else {
-            self.route(&child, msgs);
-            self.settle(&child)?;
-        }
+        self.deliver(&child, msgs)?;
         self.fix_child(parent, j, child)
     }
 
@@ -642,6 +635,19 @@ impl BeTree {
     /// Apply messages (in an order `route` accepts) to a resident leaf. Only the basements the
     /// messages fall in are rebuilt (and re-cut to the basement size); the others are kept as
     /// they are.
+    /// Give `msgs` to `pin`, loaded whole: applied if it is a leaf, else routed into its
+    /// segments, which then settle.
+    fn deliver(&mut self, pin: &Pin<Node>, msgs: Vec<Msg>) -> Result<()> {
+        self.load_all(pin)?;
+        let is_leaf = pin.read().is_leaf();
+        if is_leaf {
+            self.apply_to_leaf(pin, msgs)
+        } else {
+            self.route(pin, msgs);
+            self.settle(pin)
+        }
+    }
+
     fn apply_to_leaf(&mut self, pin: &Pin<Node>, msgs: Vec<Msg>) -> Result<()> {
         if !msgs.is_empty() && !msgs.iter().any(|m| matches!(m.body, Body::DeleteRange(_))) {
             return self.apply_points_to_leaf(pin, msgs);
@@ -1433,14 +1439,7 @@ impl Engine for BeTree {
             .map(|(_, i)| slots[i as usize].take().expect("each position once"))
             .collect();
         let root = self.store.get(self.root)?;
-        self.load_all(&root)?;
-        let is_leaf = root.read().is_leaf();
-        if is_leaf {
-            self.apply_to_leaf(&root, msgs)?;
-        } else {
-            self.route(&root, msgs);
-            self.settle(&root)?;
-        }
+        self.deliver(&root, msgs)?;
         drop(root);
         self.fix_root()
     }
