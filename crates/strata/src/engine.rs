@@ -90,6 +90,8 @@ pub struct EngineStats {
     pub leaf_nodes: u64,
     /// Values stored out of line, one block each.
     pub blobs: u64,
+    /// Runs spilled toward leaves and not yet drained into them (Bε-tree; 0 for the B+-tree).
+    pub runs: u64,
     pub checkpoints: u64,
     /// Every write batch up to this log sequence number is in the last durable checkpoint.
     pub checkpoint_wal_seq: u64,
@@ -108,6 +110,7 @@ pub struct CheckReport {
     pub leaf_nodes: u64,
     pub internal_nodes: u64,
     pub blobs: u64,
+    pub runs: u64,
 }
 
 /// The operator an upsert needs, or the error that says how to provide one.

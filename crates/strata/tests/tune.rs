@@ -302,10 +302,13 @@ fn predicted_load_write_amplification_follows_measured_loads() {
         );
         rows.push((measured, load.total));
     }
-    // Smaller fanouts flush more of a leaf at a time and write less, in the engine and in the
-    // model alike.
-    assert!(rows.windows(2).all(|w| w[0].0 < w[1].0), "{rows:?}");
-    assert!(rows.windows(2).all(|w| w[0].1 < w[1].1), "{rows:?}");
+    // Flushes into uncached leaves are spilled as runs, so a leaf is rewritten about once per
+    // its size in runs whatever the fanout; what a small fanout costs is more internal nodes,
+    // fewer of them cached. The engine and the model alike write most at 128 KiB / F 4 and
+    // least at 256 KiB / F 16 (between those two the difference is within the model's error).
+    for pick in [|r: &(f64, f64)| r.0, |r: &(f64, f64)| r.1] {
+        assert!(pick(&rows[0]) > pick(&rows[2]), "{rows:?}");
+    }
 }
 
 #[test]

@@ -18,6 +18,7 @@
 //!   update makes them unreachable.
 
 mod basement;
+mod filter;
 mod msg;
 mod node;
 
@@ -26,8 +27,9 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use basement::{Basement, ValRef};
+use filter::Filter;
 use msg::{Body, Msg, Scratch, Segment, EMPTY_SEGMENT};
-use node::{read_part, read_whole, Internal, Leaf, Node, Part};
+use node::{read_part, read_whole, Internal, Leaf, Node, Part, RunRef};
 
 use crate::batch::Op;
 use crate::btree::keys::{head, Keys};
@@ -41,8 +43,10 @@ use crate::storage::{Checkpoint, Commit, Device, NodeId, NodeStore, Pager, Pin};
 
 /// The first byte of the engine metadata in the superblock.
 pub const ENGINE_TAG: u8 = 2;
-const META_VERSION: u8 = 1;
-const META_LEN: usize = 2 + 12 + 8 + 4 + 7 * 8 + 1;
+/// Version 2 added the count of runs (version 1, without it, is read as having none).
+const META_VERSION: u8 = 2;
+const META_V1_LEN: usize = 2 + 12 + 8 + 4 + 7 * 8 + 1;
+const META_LEN: usize = META_V1_LEN + 8;
 
 /// Where a tree's geometry came from, recorded so that `stats` can say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,29 +145,31 @@ pub struct BeTree {
     leaves: u64,
     internals: u64,
     blobs: u64,
-    /// Messages in all segments.
+    /// Messages in all segments and runs.
     buffered: u64,
+    /// Runs spilled toward leaves and not yet drained.
+    runs: u64,
     scratch: Scratch,
 }
 
 fn internal(n: &Node) -> &Internal {
     match n {
         Node::Internal(i) => i,
-        Node::Leaf(_) => unreachable!("an internal node was expected"),
+        _ => unreachable!("an internal node was expected"),
     }
 }
 
 fn internal_mut(n: &mut Node) -> &mut Internal {
     match n {
         Node::Internal(i) => i,
-        Node::Leaf(_) => unreachable!("an internal node was expected"),
+        _ => unreachable!("an internal node was expected"),
     }
 }
 
 fn leaf_mut(n: &mut Node) -> &mut Leaf {
     match n {
         Node::Leaf(l) => l,
-        Node::Internal(_) => unreachable!("a leaf was expected"),
+        _ => unreachable!("a leaf was expected"),
     }
 }
 
@@ -177,6 +183,13 @@ fn before(key: &[u8], hi: Option<&[u8]>) -> bool {
 
 /// Runs of at most this many point messages are applied to a basement in place.
 const IN_PLACE_MAX: usize = 16;
+
+/// Spilled runs a leaf may collect before a flush drains them into it: a point query probes
+/// each run's filter, and one in a hundred misses costs a read of the run.
+pub(crate) const MAX_RUNS: usize = 8;
+
+/// A leaf's runs may hold up to this many times the leaf's bytes before it is rewritten.
+pub(crate) const RUN_BUDGET: f64 = 1.0;
 
 /// A key's value while its messages are applied: the basement's entry until a message
 /// replaces it (`new` is then `Some`, holding `None` once deleted).
@@ -320,6 +333,7 @@ impl BeTree {
             internals: 0,
             blobs: 0,
             buffered: 0,
+            runs: 0,
             scratch: Scratch::default(),
         };
         t.checkpoint(0)?;
@@ -336,7 +350,7 @@ impl BeTree {
         let bad = |what: &str| {
             Error::corruption(pager.file_name(), 0, format!("Bε-tree metadata: {what}"))
         };
-        if m.len() < META_LEN || m[0] != ENGINE_TAG {
+        if m.len() < META_V1_LEN || m[0] != ENGINE_TAG {
             return Err(bad("missing or not a Bε-tree"));
         }
         if m[1] > META_VERSION {
@@ -354,6 +368,11 @@ impl BeTree {
             basement: u32_at(10),
         };
         geo.check().map_err(|_| bad("geometry out of range"))?;
+        let runs = match m[1] {
+            1 => 0,
+            _ if m.len() < META_LEN => return Err(bad("metadata too short")),
+            _ => u64_at(83),
+        };
         Ok(BeTree {
             store: NodeStore::new(pager, cache_bytes),
             merge,
@@ -368,6 +387,7 @@ impl BeTree {
             internals: u64_at(58),
             blobs: u64_at(66),
             buffered: u64_at(74),
+            runs,
             scratch: Scratch::default(),
         })
     }
@@ -391,6 +411,7 @@ impl BeTree {
             m.extend_from_slice(&v.to_le_bytes());
         }
         m.push(self.origin.byte());
+        m.extend_from_slice(&self.runs.to_le_bytes());
         debug_assert_eq!(m.len(), META_LEN);
         m
     }
@@ -591,8 +612,9 @@ impl BeTree {
         self.store.mark_dirty(pin);
     }
 
-    /// Flush from a resident internal node while it is over its limits, heaviest segment first.
-    fn settle(&mut self, pin: &Pin<Node>) -> Result<()> {
+    /// Flush from a resident internal node at `depth` (the root's is 1) while it is over its
+    /// limits, heaviest segment first.
+    fn settle(&mut self, pin: &Pin<Node>, depth: u32) -> Result<()> {
         loop {
             let pick = {
                 let g = pin.read();
@@ -608,46 +630,161 @@ impl BeTree {
                 (over && bytes > EMPTY_SEGMENT).then_some(j)
             };
             let Some(j) = pick else { return Ok(()) };
-            self.flush(pin, j)?;
+            self.flush(pin, j, depth)?;
         }
     }
 
-    /// Move segment j of a resident internal node into child j, then fix the child's shape.
-    fn flush(&mut self, parent: &Pin<Node>, j: usize) -> Result<()> {
-        let (msgs, child_id) = {
-            let mut g = parent.write();
-            let n = internal_mut(&mut g);
-            let seg = std::mem::replace(&mut n.segs[j], empty_seg());
-            self.buffered -= seg.count as u64;
-            (
-                seg.data.expect("dirty nodes are resident").into_messages(),
-                n.children[j],
-            )
-        };
-        self.store.mark_dirty(parent);
+    /// Empty segment j of a resident internal node at `depth`: spill it as a run when child j
+    /// is a leaf that is not in the cache and has room for more runs, else `drain` it into the
+    /// child.
+    ///
+    /// A leaf that is not resident would be read whole and written whole for about B/F bytes of
+    /// messages, about F bytes written per byte flushed. A run writes those bytes once, and the
+    /// leaf is rewritten once for up to `RUN_BUDGET` node sizes of runs. A resident leaf takes
+    /// the messages at once: it costs no read, and it is written once per checkpoint however
+    /// many flushes it takes. Whether the child is a leaf follows from the depth, so deciding
+    /// costs no IO.
+    fn flush(&mut self, parent: &Pin<Node>, j: usize, depth: u32) -> Result<()> {
+        let child_id = internal(&parent.read()).children[j];
+        if depth + 1 == self.height && !self.fully_resident(child_id)? {
+            let room = {
+                let g = parent.read();
+                let n = internal(&g);
+                let runs = &n.runs[j];
+                let run_bytes: usize = runs.iter().map(|r| r.bytes as usize).sum();
+                runs.len() < MAX_RUNS
+                    && (run_bytes + n.segs[j].bytes) as f64
+                        <= RUN_BUDGET * self.geo.node_size as f64
+            };
+            if room {
+                return self.spill(parent, j);
+            }
+        }
         let child = self.store.get(child_id)?;
-        self.deliver(&child, msgs)?;
+        self.drain(parent, j, child, depth)
+    }
+
+    /// Whether node `id` is in the cache with every partition (no IO).
+    fn fully_resident(&mut self, id: NodeId) -> Result<bool> {
+        if !self.store.is_resident(id) {
+            return Ok(false);
+        }
+        let pin = self.store.get(id)?;
+        let g = pin.read();
+        Ok((0..g.parts()).all(|i| g.loaded(i)))
+    }
+
+    /// Write segment j out as a run of child j's, leaving the child as it is.
+    fn spill(&mut self, parent: &Pin<Node>, j: usize) -> Result<()> {
+        let seg = {
+            let mut g = parent.write();
+            std::mem::replace(&mut internal_mut(&mut g).segs[j], empty_seg())
+        };
+        let seg = seg.data.expect("dirty nodes are resident");
+        let filter = if seg.ranges().is_empty() {
+            Filter::build(seg.points().iter().map(|m| m.key.as_slice()))
+        } else {
+            Filter::any()
+        };
+        let (bytes, count) = (seg.bytes() as u32, seg.len() as u32);
+        let id = self.store.create(Node::Run(seg))?.id();
+        self.runs += 1;
+        internal_mut(&mut parent.write()).runs[j].push(RunRef {
+            id,
+            bytes,
+            count,
+            filter,
+        });
+        self.store.mark_dirty(parent);
+        Ok(())
+    }
+
+    /// Take child j's runs out of a resident internal node: their messages, oldest first. The
+    /// runs are freed.
+    fn take_runs(&mut self, parent: &Pin<Node>, j: usize) -> Result<Vec<Msg>> {
+        let refs = std::mem::take(&mut internal_mut(&mut parent.write()).runs[j]);
+        if refs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.store.mark_dirty(parent);
+        let mut msgs = Vec::new();
+        for r in refs {
+            let seg = self.load_run(r.id)?;
+            self.store.free(r.id);
+            self.runs -= 1;
+            self.buffered -= seg.len() as u64;
+            msgs.extend(seg.into_by_seq());
+        }
+        Ok(msgs)
+    }
+
+    /// A run's messages (a copy when it is resident: a run is never changed).
+    fn load_run(&mut self, id: NodeId) -> Result<Segment> {
+        let pin = self.store.get(id)?;
+        let g = pin.read();
+        match &*g {
+            Node::Run(seg) => Ok(seg.clone()),
+            _ => Err(self.not_a_run(id)),
+        }
+    }
+
+    fn not_a_node(&self, id: NodeId) -> Error {
+        let pager = self.store.pager();
+        Error::corruption(
+            pager.file_name(),
+            pager.offset_of(id),
+            format!("node {id} is a run where a tree node was expected"),
+        )
+    }
+
+    fn not_a_run(&self, id: NodeId) -> Error {
+        let pager = self.store.pager();
+        Error::corruption(
+            pager.file_name(),
+            pager.offset_of(id),
+            format!("node {id} is listed as a run but is not one"),
+        )
+    }
+
+    /// Move child j's runs and segment j of a resident internal node into child j (pinned),
+    /// then fix the child's shape.
+    fn drain(&mut self, parent: &Pin<Node>, j: usize, child: Pin<Node>, depth: u32) -> Result<()> {
+        let mut msgs = self.take_runs(parent, j)?;
+        let seg = {
+            let mut g = parent.write();
+            std::mem::replace(&mut internal_mut(&mut g).segs[j], empty_seg())
+        };
+        self.buffered -= seg.count as u64;
+        let seg = seg.data.expect("dirty nodes are resident");
+        if msgs.is_empty() {
+            msgs = seg.into_messages();
+        } else {
+            // Runs are older than the segment: everything oldest first.
+            msgs.extend(seg.into_by_seq());
+        }
+        self.store.mark_dirty(parent);
+        self.deliver(&child, msgs, depth + 1)?;
         self.fix_child(parent, j, child)
     }
 
     // ---- messages into leaves --------------------------------------------------------------
 
-    /// Apply messages (in an order `route` accepts) to a resident leaf. Only the basements the
-    /// messages fall in are rebuilt (and re-cut to the basement size); the others are kept as
-    /// they are.
-    /// Give `msgs` to `pin`, loaded whole: applied if it is a leaf, else routed into its
-    /// segments, which then settle.
-    fn deliver(&mut self, pin: &Pin<Node>, msgs: Vec<Msg>) -> Result<()> {
+    /// Give `msgs` to `pin` (at `depth`), loaded whole: applied if it is a leaf, else routed
+    /// into its segments, which then settle.
+    fn deliver(&mut self, pin: &Pin<Node>, msgs: Vec<Msg>, depth: u32) -> Result<()> {
         self.load_all(pin)?;
         let is_leaf = pin.read().is_leaf();
         if is_leaf {
             self.apply_to_leaf(pin, msgs)
         } else {
             self.route(pin, msgs);
-            self.settle(pin)
+            self.settle(pin, depth)
         }
     }
 
+    /// Apply messages (in an order `route` accepts) to a resident leaf. Only the basements the
+    /// messages fall in are rebuilt (and re-cut to the basement size); the others are kept as
+    /// they are.
     fn apply_to_leaf(&mut self, pin: &Pin<Node>, msgs: Vec<Msg>) -> Result<()> {
         if !msgs.is_empty() && !msgs.iter().any(|m| matches!(m.body, Body::DeleteRange(_))) {
             return self.apply_points_to_leaf(pin, msgs);
@@ -972,6 +1109,7 @@ impl BeTree {
         match n {
             Node::Leaf(l) => l.size() > self.geo.node_size && l.entries() >= 2,
             Node::Internal(n) => n.children.len() > self.geo.fanout,
+            Node::Run(_) => false,
         }
     }
 
@@ -979,6 +1117,7 @@ impl BeTree {
         match n {
             Node::Leaf(l) => l.size() < self.geo.node_size / 4,
             Node::Internal(n) => n.children.len() < (self.geo.fanout / 4).max(2),
+            Node::Run(_) => false,
         }
     }
 
@@ -1045,12 +1184,14 @@ impl BeTree {
                         pivots,
                         children: n.children.split_off(at),
                         segs: n.segs.split_off(at),
+                        runs: n.runs.split_off(at),
                     };
                     out.push((sep, Node::Internal(right)));
                 }
                 out.reverse();
                 out
             }
+            Node::Run(_) => unreachable!("runs are never split"),
         }
     }
 
@@ -1081,6 +1222,7 @@ impl BeTree {
                 n.pivots.insert(j + k, sep);
                 n.children.insert(j + k + 1, id);
                 n.segs.insert(j + k + 1, empty_seg());
+                n.runs.insert(j + k + 1, Vec::new());
             }
             // Messages bound for the old child go to the pieces they now belong to.
             self.route(parent, seg.data.expect("resident").into_by_seq());
@@ -1091,9 +1233,15 @@ impl BeTree {
             return Ok(());
         }
         let (li, ri) = if j > 0 { (j - 1, j) } else { (j, j + 1) };
-        let other_id = internal(&parent.read()).children[if j > 0 { li } else { ri }];
+        let oi = if j > 0 { li } else { ri };
+        let other_id = internal(&parent.read()).children[oi];
         let other = self.store.get(other_id)?;
         self.load_all(&other)?;
+        // The sibling's runs go into it first: they are older than anything re-routed below.
+        let runs = self.take_runs(parent, oi)?;
+        if !runs.is_empty() {
+            self.apply_to_leaf(&other, runs)?;
+        }
         let (left, right) = if j > 0 {
             (other, child)
         } else {
@@ -1104,6 +1252,7 @@ impl BeTree {
             let n = internal_mut(&mut g);
             let sep = n.pivots.remove(li);
             n.children.remove(ri);
+            n.runs.remove(ri);
             (sep, n.segs.remove(ri))
         };
         self.buffered -= right_seg.count as u64;
@@ -1124,6 +1273,7 @@ impl BeTree {
                     l.pivots.append(&mut rp);
                     l.children.append(&mut r.children);
                     l.segs.append(&mut r.segs);
+                    l.runs.append(&mut r.runs);
                     self.internals -= 1;
                 }
                 _ => {
@@ -1176,6 +1326,7 @@ impl BeTree {
                     pivots: Keys::default(),
                     children: vec![root.id()],
                     segs: vec![empty_seg()],
+                    runs: vec![Vec::new()],
                 };
                 let pieces = self.split(&root);
                 self.store.mark_dirty(&root);
@@ -1190,6 +1341,7 @@ impl BeTree {
                     top.pivots.push(sep);
                     top.children.push(id);
                     top.segs.push(empty_seg());
+                    top.runs.push(Vec::new());
                 }
                 drop(root);
                 self.root = self.store.create(Node::Internal(top))?.id();
@@ -1200,9 +1352,15 @@ impl BeTree {
             let Some(child) = only_child else {
                 return Ok(());
             };
-            let empty = internal(&root.read()).segs[0].bytes <= EMPTY_SEGMENT;
+            let empty = {
+                let g = root.read();
+                let n = internal(&g);
+                n.segs[0].bytes <= EMPTY_SEGMENT && n.runs[0].is_empty()
+            };
             if !empty {
-                self.flush(&root, 0)?;
+                // Into the only child, runs and all: the root is about to go.
+                let child = self.store.get(child)?;
+                self.drain(&root, 0, child, 1)?;
                 continue;
             }
             let old = root.id();
@@ -1230,7 +1388,9 @@ impl BeTree {
             let step = match &*pin.read() {
                 Node::Internal(n) => {
                     let i = n.child_for(&m.key);
-                    let ok = n.segs[i].count == 0 && self.store.is_resident(n.children[i]);
+                    let ok = n.segs[i].count == 0
+                        && n.runs[i].is_empty()
+                        && self.store.is_resident(n.children[i]);
                     ok.then_some((i, n.children[i]))
                 }
                 Node::Leaf(l) => {
@@ -1246,6 +1406,7 @@ impl BeTree {
                     }
                     break;
                 }
+                Node::Run(_) => return Err(self.not_a_node(pin.id())),
             };
             let Some((i, child)) = step else {
                 return Ok(Some(m));
@@ -1289,7 +1450,7 @@ impl BeTree {
             self.apply_to_leaf(&root, vec![m])?;
         } else {
             self.route(&root, vec![m]);
-            self.settle(&root)?;
+            self.settle(&root, 1)?;
         }
         drop(root);
         self.fix_root()
@@ -1302,14 +1463,17 @@ impl BeTree {
     // ---- reads -----------------------------------------------------------------------------
 
     /// Descend toward `at` (a key, or a scan's cursor), letting `collect` take what it needs
-    /// from the segment on the path at each level. Returns the leaf, its fences (the nearest
-    /// pivots on either side, when `fences` asks for them) and what was collected.
+    /// from the segment on the path at each level, and from the runs of the child it goes to
+    /// (for a point query, `probe`, only those whose filter may hold the key). Returns the
+    /// leaf, its fences (the nearest pivots on either side, when `fences` asks for them) and
+    /// what was collected.
     #[allow(clippy::type_complexity)]
     fn descend(
         &mut self,
         at: Bound<&[u8]>,
         reverse: bool,
         fences: bool,
+        probe: Option<&[u8]>,
         collect: impl Fn(&Segment, &mut Vec<Msg>),
     ) -> Result<(Pin<Node>, Option<Vec<u8>>, Option<Vec<u8>>, Vec<Msg>)> {
         let (mut lo, mut hi): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
@@ -1336,14 +1500,29 @@ impl BeTree {
                     Some((i, n.children[i]))
                 }
                 Node::Leaf(_) => None,
+                Node::Run(_) => return Err(self.not_a_node(pin.id())),
             };
             let Some((i, child)) = step else {
                 return Ok((pin, lo, hi, msgs));
             };
             self.load_part(&pin, i)?;
-            {
+            let runs: Vec<NodeId> = {
                 let g = pin.read();
-                collect(internal(&g).segs[i].get(), &mut msgs);
+                let n = internal(&g);
+                collect(n.segs[i].get(), &mut msgs);
+                n.runs[i]
+                    .iter()
+                    .filter(|r| probe.is_none_or(|k| r.filter.may_hold(k)))
+                    .map(|r| r.id)
+                    .collect()
+            };
+            for id in runs {
+                let run = self.store.get(id)?;
+                let g = run.read();
+                match &*g {
+                    Node::Run(seg) => collect(seg, &mut msgs),
+                    _ => return Err(self.not_a_run(id)),
+                }
             }
             pin = self.store.get(child)?;
         }
@@ -1357,12 +1536,12 @@ impl Engine for BeTree {
 
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let (leaf, _, _, mut msgs) =
-            self.descend(Bound::Included(key), false, false, |seg, out| {
+            self.descend(Bound::Included(key), false, false, Some(key), |seg, out| {
                 out.extend(seg.lookup(key).cloned())
             })?;
         let i = match &*leaf.read() {
             Node::Leaf(l) => l.basement_for(key),
-            Node::Internal(_) => unreachable!("descent ends at a leaf"),
+            _ => unreachable!("descent ends at a leaf"),
         };
         self.load_part(&leaf, i)?;
         msgs.sort_by_key(|m| m.seq);
@@ -1439,7 +1618,7 @@ impl Engine for BeTree {
             .map(|(_, i)| slots[i as usize].take().expect("each position once"))
             .collect();
         let root = self.store.get(self.root)?;
-        self.deliver(&root, msgs)?;
+        self.deliver(&root, msgs, 1)?;
         drop(root);
         self.fix_root()
     }
@@ -1474,7 +1653,7 @@ impl Engine for BeTree {
         let mut taken = 0;
         loop {
             let at = cursor.as_ref().map(|k| k.as_slice());
-            let (leaf, lf, hf, msgs) = self.descend(at, reverse, true, |seg, out| {
+            let (leaf, lf, hf, msgs) = self.descend(at, reverse, true, None, |seg, out| {
                 out.extend(seg.points().iter().chain(seg.ranges()).cloned())
             })?;
             let in_leaf =
@@ -1569,6 +1748,7 @@ impl Engine for BeTree {
             internal_nodes: self.internals,
             leaf_nodes: self.leaves,
             blobs: self.blobs,
+            runs: self.runs,
             checkpoints: pager.last_checkpoint().seq,
             checkpoint_wal_seq: pager.last_checkpoint().wal_seq,
             cache: self.store.stats(),
@@ -1610,17 +1790,24 @@ impl Engine for BeTree {
                 w.buffered, self.buffered
             )));
         }
-        if (report.leaf_nodes, report.internal_nodes, report.blobs)
-            != (self.leaves, self.internals, self.blobs)
+        if (
+            report.leaf_nodes,
+            report.internal_nodes,
+            report.blobs,
+            report.runs,
+        ) != (self.leaves, self.internals, self.blobs, self.runs)
         {
             return Err(bad(format!(
-                "found {} leaves, {} internal nodes, {} blobs; metadata says {}, {}, {}",
+                "found {} leaves, {} internal nodes, {} blobs, {} runs; metadata says {}, {}, \
+                 {}, {}",
                 report.leaf_nodes,
                 report.internal_nodes,
                 report.blobs,
+                report.runs,
                 self.leaves,
                 self.internals,
-                self.blobs
+                self.blobs,
+                self.runs
             )));
         }
         for id in self.store.pager().ids() {
@@ -1678,6 +1865,7 @@ impl BeTree {
         let pivots = match &node {
             Node::Internal(n) => &n.pivots,
             Node::Leaf(l) => &l.pivots,
+            Node::Run(_) => return Err(bad("a run where a tree node was expected".into())),
         };
         if pivots
             .iter()
@@ -1701,9 +1889,41 @@ impl BeTree {
                     let (l, h) = n.bounds(i);
                     let (cl, ch) = (l.or(lo), h.or(hi));
                     let seg = n.segs[i].get();
-                    w.buffered += seg.len() as u64;
+                    if !n.runs[i].is_empty() && depth + 1 != self.height {
+                        return Err(bad(format!("child {c} has runs but is not a leaf")));
+                    }
+                    // Runs oldest first, then the segment: each strictly newer than the last.
+                    let mut layers = Vec::with_capacity(n.runs[i].len() + 1);
+                    for r in &n.runs[i] {
+                        w.reachable.insert(r.id);
+                        w.report.runs += 1;
+                        let run = self.load_run(r.id)?;
+                        let keys_pass = run.points().iter().all(|m| r.filter.may_hold(&m.key));
+                        if run.len() != r.count as usize || !keys_pass {
+                            return Err(bad(format!(
+                                "run {} of child {c} does not match its count or filter",
+                                r.id
+                            )));
+                        }
+                        layers.push(run);
+                    }
+                    layers.push(seg.clone());
+                    let mut newest = 0;
+                    for layer in &layers {
+                        let seqs = layer.points().iter().chain(layer.ranges()).map(|m| m.seq);
+                        if seqs.clone().any(|q| q <= newest) {
+                            return Err(bad(format!(
+                                "messages for child {c} are not newer than the runs before them"
+                            )));
+                        }
+                        newest = seqs.max().unwrap_or(newest);
+                    }
                     let fits = |k: &[u8]| cl.is_none_or(|l| k >= l) && before(k, ch);
-                    for m in seg.points().iter().chain(seg.ranges()) {
+                    let msgs = layers
+                        .iter()
+                        .flat_map(|l| l.points().iter().chain(l.ranges()));
+                    w.buffered += msgs.clone().count() as u64;
+                    for m in msgs {
                         let end_ok = match &m.body {
                             Body::DeleteRange(e) => {
                                 ch.is_none_or(|h| e.as_slice() <= h) && m.key < *e
@@ -1753,6 +1973,7 @@ impl BeTree {
                     }
                 }
             }
+            Node::Run(_) => unreachable!("refused above"),
         }
         Ok(())
     }

@@ -8,10 +8,14 @@
 //!
 //! ```text
 //! head of an internal node: n u32, then per child: id u64, offset u32, length u32, xxh3 u64,
-//!                           messages u32; then n - 1 pivots (length u16, key)
+//!                           messages u32; then n - 1 pivots (length u16, key); then, only
+//!                           if some child has spilled runs, per child: runs u16, and per run
+//!                           (oldest first): id u64, bytes u32, messages u32, filter length
+//!                           u32, filter bytes
 //! head of a leaf:           m u32, then per basement: offset u32, length u32, xxh3 u64,
 //!                           entries u32; then m - 1 pivots
 //! segment:                  see `msg::Segment::encode`
+//! run (a block of its own): one segment, as the block's whole payload
 //! basement:                 see `basement::Basement`
 //! ```
 //! Offsets count from the start of the extent. Child i (or basement i) holds the keys k with
@@ -23,6 +27,7 @@
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::basement::Basement;
+use super::filter::Filter;
 use super::msg::Segment;
 use crate::btree::keys::Keys;
 use crate::codec::Reader;
@@ -77,11 +82,30 @@ impl<T> Part<T> {
     }
 }
 
+/// A run spilled from a segment toward a leaf child that was not in the cache: a block of its
+/// own (`Node::Run`), written once and never changed, listed in the parent's head with a filter
+/// over its keys. Its messages are older than the segment's and newer than the leaf's entries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunRef {
+    pub id: NodeId,
+    pub bytes: u32,
+    pub count: u32,
+    pub filter: Filter,
+}
+
+impl RunRef {
+    fn head_len(&self) -> usize {
+        20 + self.filter.bytes().len()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Internal {
     pub pivots: Keys,
     pub children: Vec<NodeId>,
     pub segs: Vec<Part<Segment>>,
+    /// Per child, its spilled runs, oldest first (empty unless the child is a leaf).
+    pub runs: Vec<Vec<RunRef>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -94,6 +118,8 @@ pub struct Leaf {
 pub enum Node {
     Internal(Internal),
     Leaf(Leaf),
+    /// A spilled run: one segment, read and written whole.
+    Run(Segment),
 }
 
 fn pivots_len(p: &Keys) -> usize {
@@ -108,7 +134,18 @@ impl Internal {
         self.pivots.rank(key, false)
     }
     pub fn head_len(&self) -> usize {
-        4 + 28 * self.children.len() + pivots_len(&self.pivots)
+        4 + 28 * self.children.len() + pivots_len(&self.pivots) + self.runs_len()
+    }
+    fn has_runs(&self) -> bool {
+        self.runs.iter().any(|r| !r.is_empty())
+    }
+    /// The head's run section: absent when no child has runs.
+    fn runs_len(&self) -> usize {
+        if !self.has_runs() {
+            return 0;
+        }
+        let refs: usize = self.runs.iter().flatten().map(RunRef::head_len).sum();
+        2 * self.runs.len() + refs
     }
     /// Bytes of the whole node as written.
     pub fn size(&self) -> usize {
@@ -154,6 +191,7 @@ impl Node {
         match self {
             Node::Internal(n) => n.segs[i].data.is_some(),
             Node::Leaf(l) => l.bases[i].data.is_some(),
+            Node::Run(_) => true,
         }
     }
 
@@ -161,6 +199,7 @@ impl Node {
         match self {
             Node::Internal(n) => n.segs.len(),
             Node::Leaf(l) => l.bases.len(),
+            Node::Run(_) => 0,
         }
     }
 
@@ -168,6 +207,7 @@ impl Node {
         match self {
             Node::Internal(n) => n.segs[i].loc,
             Node::Leaf(l) => l.bases[i].loc,
+            Node::Run(_) => None,
         }
     }
 
@@ -196,6 +236,7 @@ impl Node {
                 }
                 l.bases[i].data = Some(b);
             }
+            Node::Run(_) => return Err("a run has no partitions".into()),
         }
         Ok(())
     }
@@ -213,6 +254,19 @@ impl Node {
                     out.extend_from_slice(&s.count.to_le_bytes());
                 }
                 encode_pivots(&n.pivots, out);
+                if n.has_runs() {
+                    for runs in &n.runs {
+                        out.extend_from_slice(&(runs.len() as u16).to_le_bytes());
+                        for r in runs {
+                            out.extend_from_slice(&r.id.to_le_bytes());
+                            out.extend_from_slice(&r.bytes.to_le_bytes());
+                            out.extend_from_slice(&r.count.to_le_bytes());
+                            let f = r.filter.bytes();
+                            out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+                            out.extend_from_slice(f);
+                        }
+                    }
+                }
                 kind::BETREE_INTERNAL
             }
             Node::Leaf(l) => {
@@ -226,6 +280,10 @@ impl Node {
                 }
                 encode_pivots(&l.pivots, out);
                 kind::BETREE_LEAF
+            }
+            Node::Run(seg) => {
+                seg.encode(out);
+                kind::BETREE_RUN
             }
         }
     }
@@ -253,10 +311,27 @@ impl Node {
                     });
                 }
                 let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
+                let mut runs = vec![Vec::new(); n];
+                if r.position() < p.len() {
+                    for child in &mut runs {
+                        for _ in 0..r.u16()? {
+                            let (id, bytes, count) = (r.u64()?, r.u32()?, r.u32()?);
+                            let len = r.u32()? as usize;
+                            let filter = Filter::from_bytes(r.bytes(len)?.to_vec());
+                            child.push(RunRef {
+                                id,
+                                bytes,
+                                count,
+                                filter,
+                            });
+                        }
+                    }
+                }
                 Node::Internal(Internal {
                     pivots,
                     children,
                     segs,
+                    runs,
                 })
             }
             kind::BETREE_LEAF => {
@@ -278,6 +353,7 @@ impl Node {
                 let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
                 Node::Leaf(Leaf { pivots, bases })
             }
+            kind::BETREE_RUN => return Ok(Node::Run(Segment::decode(p)?)),
             k => return Err(format!("block kind {k} is not a Bε-tree node")),
         };
         r.finish()?;
@@ -372,6 +448,7 @@ impl StoredNode for Node {
                     .map(|b| BASEMENT_OVERHEAD + b.heap_bytes())
                     .sum(),
             ),
+            Node::Run(seg) => (0, seg.bytes() + seg.len() * MESSAGE_OVERHEAD),
         };
         256 + head + resident
     }
@@ -395,6 +472,11 @@ impl StoredNode for Node {
         let head_len = match self {
             Node::Internal(n) => n.head_len(),
             Node::Leaf(l) => l.head_len(),
+            Node::Run(seg) => {
+                let mut payload = Vec::with_capacity(seg.bytes());
+                let k = self.encode_head(&mut payload);
+                return Sealed::new(id, k, &payload, Vec::new());
+            }
         };
         // Partitions are located and summed as they are laid out after the head. Segments are
         // encoded into one buffer; basements are written from their own buffers, uncopied.
@@ -433,6 +515,7 @@ impl StoredNode for Node {
                 }
                 tail
             }
+            Node::Run(_) => unreachable!("sealed above"),
         };
         let mut head = Vec::with_capacity(head_len);
         let k = self.encode_head(&mut head);
@@ -459,6 +542,7 @@ impl StoredNode for Node {
                     b.data = None;
                 }
             }),
+            Node::Run(_) => {}
         }
         any
     }

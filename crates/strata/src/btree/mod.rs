@@ -674,6 +674,7 @@ impl Engine for BTree {
             internal_nodes: self.internals,
             leaf_nodes: self.leaves,
             blobs: self.blobs,
+            runs: 0,
             checkpoints: pager.last_checkpoint().seq,
             checkpoint_wal_seq: pager.last_checkpoint().wal_seq,
             cache: self.store.stats(),

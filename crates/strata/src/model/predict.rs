@@ -243,6 +243,13 @@ fn allocate(levels: &mut [Level], cache: f64) {
     }
 }
 
+/// Flushes a leaf that is not resident takes as runs before one drains them (the engine's rule,
+/// `BeTree::flush`): at most `MAX_RUNS`, and their bytes within `RUN_BUDGET` node sizes.
+fn spills_per_drain(node: f64, flush: f64) -> f64 {
+    let fit = (crate::betree::RUN_BUDGET * node / page_round(flush)).floor();
+    fit.clamp(0.0, crate::betree::MAX_RUNS as f64)
+}
+
 /// Writes per update of a level's nodes. The uncached share is written back once per update
 /// (the node is evicted before the next update reaches it: Lemma 3's situation); the cached share
 /// is written once per checkpoint per node that some update dirtied: with n cached nodes and k
@@ -434,8 +441,8 @@ enum Account {
     /// that fraction of flushes from memory. The tuner ranks geometries with it.
     Paper,
     /// The engine's under a stream of random inserts (`betree_load`): segments half full on
-    /// average, and a level the cache holds in part serves only `swept_hit(c)` of its flushes
-    /// from memory.
+    /// average, a level the cache holds in part serves only `swept_hit(c)` of its flushes from
+    /// memory, and flushes into leaves that are not resident are spilled as runs.
     Engine,
 }
 
@@ -541,32 +548,57 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
     if inp.inserts_per_checkpoint.is_finite() && inp.inserts_per_checkpoint > 0.0 {
         insert.write(1.0 / inp.inserts_per_checkpoint, levels[0].node_bytes, m);
     }
+    // In the engine, a flush into a leaf that is not resident is spilled as a run (one write of
+    // its bytes) while the leaf's runs stay within their budget; the flush after the last spill
+    // drains them, reading the leaf and its runs and rewriting the leaf once. Theorem 9's tree
+    // rewrites the leaf on every flush.
+    let spills = match account {
+        Account::Paper => 0.0,
+        Account::Engine => spills_per_drain(b, flush),
+    };
+    let drain_share = 1.0 / (spills + 1.0);
     let mut leaf_write_bytes = 0.0;
+    let mut leaf_hit = 1.0;
     for (i, l) in levels.iter().enumerate().skip(1) {
         let hit = match account {
             Account::Paper => l.cached,
             Account::Engine => swept_hit(l.cached),
         };
-        insert.read(flushes_per_insert * (1.0 - hit), l.node_bytes, m);
         let w = writes_per_update(
             hit,
             l.nodes,
             inp.inserts_per_checkpoint * flushes_per_insert,
         );
-        insert.write(flushes_per_insert * w, l.node_bytes, m);
-        if i + 1 == height {
-            leaf_write_bytes = flushes_per_insert * w * l.node_bytes;
+        if i + 1 < height {
+            insert.read(flushes_per_insert * (1.0 - hit), l.node_bytes, m);
+            insert.write(flushes_per_insert * w, l.node_bytes, m);
+            continue;
         }
+        leaf_hit = hit;
+        let miss = flushes_per_insert * (1.0 - hit);
+        let run = page_round(flush);
+        insert.read(miss * drain_share, l.node_bytes, m);
+        insert.read(miss * drain_share * spills, run, m);
+        insert.write(miss * drain_share * spills, run, m);
+        // The resident share as before; the drained leaf is written back once.
+        let w_leaf = w - (1.0 - hit) + (1.0 - hit) * drain_share;
+        insert.write(flushes_per_insert * w_leaf, l.node_bytes, m);
+        leaf_write_bytes =
+            flushes_per_insert * w_leaf * l.node_bytes + miss * drain_share * spills * run;
     }
 
     // A flush brings k messages to a leaf of L basements and rebuilds the ones they land in:
-    // L(1 − e^(−k/L)) of them, each at a fixed cost plus its bytes.
+    // L(1 − e^(−k/L)) of them, each at a fixed cost plus its bytes. A drain brings the messages
+    // of all the flushes its runs took.
     let leaf_basements = (leaf_encoded / basement).ceil().max(1.0);
+    let rebuilt = |k: f64| leaf_basements * (1.0 - (-k / leaf_basements).exp());
     let k = flush / message;
-    let rebuilt = leaf_basements * (1.0 - (-k / leaf_basements).exp());
+    let rebuilt_per_flush =
+        leaf_hit * rebuilt(k) + (1.0 - leaf_hit) * drain_share * rebuilt(k / drain_share);
     insert.cpu_seconds = flushes_per_insert
-        * rebuilt
+        * rebuilt_per_flush
         * (BE_BASEMENT_CPU_S + basement.min(leaf_encoded) * BE_BASEMENT_CPU_PER_BYTE_S);
+    let rebuilt = rebuilt_per_flush;
 
     let l = inp.range_items.max(1) as f64;
     let touched = 1.0 + (l - 1.0) / per_leaf;
@@ -744,10 +776,12 @@ mod tests {
     }
 
     #[test]
-    fn the_engine_account_keeps_half_full_buffers() {
-        // Nothing cached: every flush reads and rewrites the child. Internal nodes below the root
-        // are written at half their buffer (page-rounded), leaves whole; the paper's account
-        // writes the full B at every level.
+    fn the_engine_account_keeps_half_full_buffers_and_spills_runs() {
+        // Nothing cached: every flush into an internal node reads and rewrites it; in the engine
+        // a leaf takes 8 flushes as runs (8 × B/8 fill the run budget of one node) and the ninth
+        // drains them and rewrites it. Internal nodes below the root are written at half their
+        // buffer (page-rounded), leaves whole; the paper's account writes the full B at every
+        // level and rewrites the leaf on every flush.
         let m = Affine::default_ssd();
         let mut inp = PredictInput::new(1 << 20, 2_000_000, 16, 100, 0);
         inp.fanout = Some(8);
@@ -760,8 +794,10 @@ mod tests {
         let below_root = engine.height as f64 - 1.0;
         let internal = page_round(header + buffer / 2.0);
         let leaf_node = engine.levels.last().unwrap().node_bytes;
-        assert_eq!(leaf, flushes * leaf_node);
-        let want = flushes * ((below_root - 1.0) * internal + leaf_node);
+        assert_eq!(spills_per_drain((1u64 << 20) as f64, buffer / 8.0), 8.0);
+        let leaf_per_flush = (leaf_node + 8.0 * page_round(buffer / 8.0)) / 9.0;
+        assert!((leaf - flushes * leaf_per_flush).abs() < 1e-9 * leaf);
+        let want = flushes * ((below_root - 1.0) * internal + leaf_per_flush);
         assert!((engine.insert.write_bytes - want).abs() < 1e-9 * want);
         let paper_want = flushes * ((below_root - 1.0) * (1u64 << 20) as f64 + leaf_node);
         assert!((paper.insert.write_bytes - paper_want).abs() < 1e-9 * paper_want);

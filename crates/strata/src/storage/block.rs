@@ -23,6 +23,7 @@ pub mod kind {
     pub const BTREE_INTERNAL: u8 = 17;
     pub const BETREE_LEAF: u8 = 18;
     pub const BETREE_INTERNAL: u8 = 19;
+    pub const BETREE_RUN: u8 = 20;
 }
 
 /// Frame `payload` as a block owned by `owner`, padded to a whole number of pages.
