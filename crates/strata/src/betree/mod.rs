@@ -29,7 +29,7 @@ use std::sync::Arc;
 use basement::{Basement, ValRef};
 use filter::Filter;
 use msg::{Body, Msg, Scratch, Segment, EMPTY_SEGMENT};
-use node::{read_part, read_whole, Internal, Leaf, Node, Part, RunRef};
+use node::{read_part, read_whole, Internal, Leaf, Node, Part, Run, RunRef};
 
 use crate::batch::Op;
 use crate::btree::keys::{head, Keys};
@@ -687,7 +687,10 @@ impl BeTree {
             Filter::any()
         };
         let (bytes, count) = (seg.bytes() as u32, seg.len() as u32);
-        let id = self.store.create(Node::Run(seg))?.id();
+        let id = self
+            .store
+            .create(Node::Run(Run::new(seg, self.geo.basement)))?
+            .id();
         self.runs += 1;
         internal_mut(&mut parent.write()).runs[j].push(RunRef {
             id,
@@ -709,23 +712,33 @@ impl BeTree {
         self.store.mark_dirty(parent);
         let mut msgs = Vec::new();
         for r in refs {
-            let seg = self.load_run(r.id)?;
+            let run = self.load_run(r.id)?;
             self.store.free(r.id);
             self.runs -= 1;
-            self.buffered -= seg.len() as u64;
-            msgs.extend(seg.into_by_seq());
+            self.buffered -= run.len() as u64;
+            msgs.extend(run);
         }
         Ok(msgs)
     }
 
-    /// A run's messages (a copy when it is resident: a run is never changed).
-    fn load_run(&mut self, id: NodeId) -> Result<Segment> {
+    /// A run's messages, oldest first (a copy: a run is never changed, and may stay cached).
+    fn load_run(&mut self, id: NodeId) -> Result<Vec<Msg>> {
         let pin = self.store.get(id)?;
-        let g = pin.read();
-        match &*g {
-            Node::Run(seg) => Ok(seg.clone()),
-            _ => Err(self.not_a_run(id)),
+        if !matches!(&*pin.read(), Node::Run(_)) {
+            return Err(self.not_a_run(id));
         }
+        self.load_all(&pin)?;
+        let g = pin.read();
+        let Node::Run(run) = &*g else {
+            unreachable!("checked above")
+        };
+        let mut msgs: Vec<Msg> = run
+            .chunks
+            .iter()
+            .flat_map(|c| c.get().points().iter().chain(c.get().ranges()).cloned())
+            .collect();
+        msgs.sort_by_key(|m| m.seq);
+        Ok(msgs)
     }
 
     fn not_a_node(&self, id: NodeId) -> Error {
@@ -1517,11 +1530,20 @@ impl BeTree {
                     .collect()
             };
             for id in runs {
+                // A point query reads the one chunk its key falls in; a scan reads them all.
                 let run = self.store.get(id)?;
-                let g = run.read();
-                match &*g {
-                    Node::Run(seg) => collect(seg, &mut msgs),
+                let chunks = match (&*run.read(), probe) {
+                    (Node::Run(r), Some(k)) => vec![r.chunk_for(k)],
+                    (Node::Run(r), None) => (0..r.chunks.len()).collect(),
                     _ => return Err(self.not_a_run(id)),
+                };
+                for c in chunks {
+                    self.load_part(&run, c)?;
+                    let g = run.read();
+                    let Node::Run(r) = &*g else {
+                        unreachable!("checked above")
+                    };
+                    collect(r.chunks[c].get(), &mut msgs);
                 }
             }
             pin = self.store.get(child)?;
@@ -1836,6 +1858,34 @@ impl Engine for BeTree {
     }
 }
 
+impl BeTree {
+    /// Every message of run `id` lies in its chunk's key range.
+    fn check_run_chunks(&mut self, id: NodeId) -> Result<()> {
+        let pin = self.store.get(id)?;
+        self.load_all(&pin)?;
+        let g = pin.read();
+        let Node::Run(run) = &*g else {
+            return Err(self.not_a_run(id));
+        };
+        for (i, c) in run.chunks.iter().enumerate() {
+            let (lo, hi) = (
+                (i > 0).then(|| run.pivots.get(i - 1)),
+                (i < run.pivots.len()).then(|| run.pivots.get(i)),
+            );
+            let inside = |k: &[u8]| lo.is_none_or(|l| k >= l) && before(k, hi);
+            if !c.get().points().iter().all(|m| inside(&m.key)) {
+                let pager = self.store.pager();
+                return Err(Error::corruption(
+                    pager.file_name(),
+                    pager.offset_of(id),
+                    format!("run {id}: a message of chunk {i} is outside its range"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 struct Walk {
     report: CheckReport,
     live_bytes: u64,
@@ -1897,8 +1947,11 @@ impl BeTree {
                     for r in &n.runs[i] {
                         w.reachable.insert(r.id);
                         w.report.runs += 1;
+                        self.check_run_chunks(r.id)?;
                         let run = self.load_run(r.id)?;
-                        let keys_pass = run.points().iter().all(|m| r.filter.may_hold(&m.key));
+                        let keys_pass = run
+                            .iter()
+                            .all(|m| m.is_range() || r.filter.may_hold(&m.key));
                         if run.len() != r.count as usize || !keys_pass {
                             return Err(bad(format!(
                                 "run {} of child {c} does not match its count or filter",
@@ -1907,21 +1960,18 @@ impl BeTree {
                         }
                         layers.push(run);
                     }
-                    layers.push(seg.clone());
+                    layers.push(seg.points().iter().chain(seg.ranges()).cloned().collect());
                     let mut newest = 0;
                     for layer in &layers {
-                        let seqs = layer.points().iter().chain(layer.ranges()).map(|m| m.seq);
-                        if seqs.clone().any(|q| q <= newest) {
+                        if layer.iter().any(|m| m.seq <= newest) {
                             return Err(bad(format!(
                                 "messages for child {c} are not newer than the runs before them"
                             )));
                         }
-                        newest = seqs.max().unwrap_or(newest);
+                        newest = layer.iter().map(|m| m.seq).max().unwrap_or(newest);
                     }
                     let fits = |k: &[u8]| cl.is_none_or(|l| k >= l) && before(k, ch);
-                    let msgs = layers
-                        .iter()
-                        .flat_map(|l| l.points().iter().chain(l.ranges()));
+                    let msgs = layers.iter().flatten();
                     w.buffered += msgs.clone().count() as u64;
                     for m in msgs {
                         let end_ok = match &m.body {

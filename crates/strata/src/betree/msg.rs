@@ -51,6 +51,9 @@ impl Msg {
     }
 
     /// Whether this range delete covers `k` (false for other messages).
+    pub fn is_range(&self) -> bool {
+        matches!(self.body, Body::DeleteRange(_))
+    }
     pub fn covers(&self, k: &[u8]) -> bool {
         matches!(&self.body, Body::DeleteRange(end) if self.key.as_slice() <= k && k < end.as_slice())
     }
@@ -315,6 +318,42 @@ impl Segment {
         all
     }
 
+    /// Cut into pieces of about `target` encoded bytes by key, a key's messages never split:
+    /// (first key of each piece after the first, piece). A segment holding a range delete stays
+    /// whole, since a range may reach across pieces.
+    pub fn cut(mut self, target: usize) -> Vec<(Option<Vec<u8>>, Segment)> {
+        if !self.ranges.is_empty() || self.bytes() <= target {
+            return vec![(None, self)];
+        }
+        let mut starts = Vec::new();
+        let mut bytes = EMPTY_SEGMENT;
+        for (i, m) in self.points.iter().enumerate() {
+            if bytes >= target && self.points[i - 1].key != m.key {
+                starts.push(i);
+                bytes = EMPTY_SEGMENT;
+            }
+            bytes += m.encoded_len();
+        }
+        let mut out = Vec::with_capacity(starts.len() + 1);
+        for &at in starts.iter().rev() {
+            let points = self.points.split_off(at);
+            let heads = self.heads.split_off(at);
+            let bytes = points.iter().map(Msg::encoded_len).sum();
+            self.bytes -= bytes;
+            let first = points[0].key.clone();
+            let piece = Segment {
+                points,
+                heads,
+                ranges: Vec::new(),
+                bytes,
+            };
+            out.push((Some(first), piece));
+        }
+        out.push((None, self));
+        out.reverse();
+        out
+    }
+
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&(self.points.len() as u32).to_le_bytes());
         out.extend_from_slice(&(self.ranges.len() as u32).to_le_bytes());
@@ -357,6 +396,47 @@ impl Segment {
 mod tests {
     use super::*;
     use crate::merge::AddU64;
+
+    #[test]
+    fn cut_keeps_every_message_in_order_and_each_key_in_one_piece() {
+        let mut s = Segment::default();
+        for i in 0..500u32 {
+            let key = format!("k{:05}", i / 2 * 2).into_bytes();
+            let body = if i % 2 == 0 {
+                Body::Put(crate::btree::Val::Inline(vec![1; 20]))
+            } else {
+                Body::Upsert(vec![2; 8])
+            };
+            s.insert(
+                Msg {
+                    key,
+                    seq: i as u64 + 1,
+                    body,
+                },
+                None,
+            );
+        }
+        let (bytes, len) = (s.bytes(), s.len());
+        let whole = s.clone();
+        let pieces = s.cut(1024);
+        assert!(pieces.len() > 5, "{} pieces", pieces.len());
+        assert!(pieces[0].0.is_none() && pieces[1..].iter().all(|p| p.0.is_some()));
+        for w in pieces.windows(2) {
+            let last = &w[0].1.points().last().unwrap().key;
+            assert!(last < w[1].0.as_ref().unwrap(), "a key split across pieces");
+        }
+        for (first, piece) in &pieces[1..] {
+            assert_eq!(Some(&piece.points()[0].key), first.as_ref());
+        }
+        let sum: usize = pieces.iter().map(|p| p.1.bytes() - EMPTY_SEGMENT).sum();
+        assert_eq!(sum + EMPTY_SEGMENT, bytes);
+        assert_eq!(pieces.iter().map(|p| p.1.len()).sum::<usize>(), len);
+        let joined: Vec<Msg> = pieces
+            .into_iter()
+            .flat_map(|p| p.1.into_messages())
+            .collect();
+        assert_eq!(joined, whole.into_messages());
+    }
 
     fn put(k: &str, seq: u64, v: &str) -> Msg {
         Msg {

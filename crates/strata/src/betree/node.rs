@@ -14,8 +14,9 @@
 //!                           u32, filter bytes
 //! head of a leaf:           m u32, then per basement: offset u32, length u32, xxh3 u64,
 //!                           entries u32; then m - 1 pivots
+//! head of a run:            as a leaf's, its partitions being segments (chunks of the run
+//!                           by key) instead of basements
 //! segment:                  see `msg::Segment::encode`
-//! run (a block of its own): one segment, as the block's whole payload
 //! basement:                 see `basement::Basement`
 //! ```
 //! Offsets count from the start of the extent. Child i (or basement i) holds the keys k with
@@ -118,8 +119,39 @@ pub struct Leaf {
 pub enum Node {
     Internal(Internal),
     Leaf(Leaf),
-    /// A spilled run: one segment, read and written whole.
-    Run(Segment),
+    /// A spilled run.
+    Run(Run),
+}
+
+/// A spilled run: its messages cut by key into chunks of about a basement's size, so that a
+/// point query that must look into it reads one chunk (`RunRef` has the rest).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    pub pivots: Keys,
+    pub chunks: Vec<Part<Segment>>,
+}
+
+impl Run {
+    pub fn new(seg: Segment, chunk: usize) -> Run {
+        let mut run = Run {
+            pivots: Keys::default(),
+            chunks: Vec::new(),
+        };
+        for (first, piece) in seg.cut(chunk) {
+            if let Some(k) = first {
+                run.pivots.push(k);
+            }
+            let (count, bytes) = (piece.len() as u32, piece.bytes());
+            run.chunks.push(Part::new(piece, count, bytes));
+        }
+        run
+    }
+    pub fn chunk_for(&self, key: &[u8]) -> usize {
+        self.pivots.rank(key, true)
+    }
+    fn head_len(&self) -> usize {
+        4 + 20 * self.chunks.len() + pivots_len(&self.pivots)
+    }
 }
 
 fn pivots_len(p: &Keys) -> usize {
@@ -191,7 +223,7 @@ impl Node {
         match self {
             Node::Internal(n) => n.segs[i].data.is_some(),
             Node::Leaf(l) => l.bases[i].data.is_some(),
-            Node::Run(_) => true,
+            Node::Run(r) => r.chunks[i].data.is_some(),
         }
     }
 
@@ -199,7 +231,7 @@ impl Node {
         match self {
             Node::Internal(n) => n.segs.len(),
             Node::Leaf(l) => l.bases.len(),
-            Node::Run(_) => 0,
+            Node::Run(r) => r.chunks.len(),
         }
     }
 
@@ -207,23 +239,23 @@ impl Node {
         match self {
             Node::Internal(n) => n.segs[i].loc,
             Node::Leaf(l) => l.bases[i].loc,
-            Node::Run(_) => None,
+            Node::Run(r) => r.chunks[i].loc,
         }
     }
 
     /// Decode partition i's bytes (already checked against its checksum) and make it resident.
     pub fn install(&mut self, i: usize, bytes: &[u8]) -> std::result::Result<(), String> {
         match self {
-            Node::Internal(n) => {
+            Node::Internal(Internal { segs, .. }) | Node::Run(Run { chunks: segs, .. }) => {
                 let seg = Segment::decode(bytes)?;
-                if seg.len() as u32 != n.segs[i].count {
+                if seg.len() as u32 != segs[i].count {
                     return Err(format!(
                         "segment {i} holds {} messages, head says {}",
                         seg.len(),
-                        n.segs[i].count
+                        segs[i].count
                     ));
                 }
-                n.segs[i].data = Some(seg);
+                segs[i].data = Some(seg);
             }
             Node::Leaf(l) => {
                 let b = Basement::decode(bytes)?;
@@ -236,7 +268,6 @@ impl Node {
                 }
                 l.bases[i].data = Some(b);
             }
-            Node::Run(_) => return Err("a run has no partitions".into()),
         }
         Ok(())
     }
@@ -281,8 +312,16 @@ impl Node {
                 encode_pivots(&l.pivots, out);
                 kind::BETREE_LEAF
             }
-            Node::Run(seg) => {
-                seg.encode(out);
+            Node::Run(r) => {
+                out.extend_from_slice(&(r.chunks.len() as u32).to_le_bytes());
+                for c in &r.chunks {
+                    let loc = c.loc.expect("located before encoding");
+                    out.extend_from_slice(&loc.off.to_le_bytes());
+                    out.extend_from_slice(&loc.len.to_le_bytes());
+                    out.extend_from_slice(&loc.sum.to_le_bytes());
+                    out.extend_from_slice(&c.count.to_le_bytes());
+                }
+                encode_pivots(&r.pivots, out);
                 kind::BETREE_RUN
             }
         }
@@ -335,25 +374,15 @@ impl Node {
                 })
             }
             kind::BETREE_LEAF => {
-                let mut bases = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let loc = Loc {
-                        off: r.u32()?,
-                        len: r.u32()?,
-                        sum: r.u64()?,
-                    };
-                    let count = r.u32()?;
-                    bases.push(Part {
-                        data: None,
-                        count,
-                        bytes: loc.len as usize,
-                        loc: Some(loc),
-                    });
-                }
+                let bases = decode_parts(&mut r, n)?;
                 let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
                 Node::Leaf(Leaf { pivots, bases })
             }
-            kind::BETREE_RUN => return Ok(Node::Run(Segment::decode(p)?)),
+            kind::BETREE_RUN => {
+                let chunks = decode_parts(&mut r, n)?;
+                let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
+                Node::Run(Run { pivots, chunks })
+            }
             k => return Err(format!("block kind {k} is not a Bε-tree node")),
         };
         r.finish()?;
@@ -362,6 +391,26 @@ impl Node {
         }
         Ok(node)
     }
+}
+
+/// The directory of a leaf's or a run's `n` partitions, none of them resident yet.
+fn decode_parts<T>(r: &mut Reader<'_>, n: usize) -> std::result::Result<Vec<Part<T>>, String> {
+    let mut parts = Vec::with_capacity(n);
+    for _ in 0..n {
+        let loc = Loc {
+            off: r.u32()?,
+            len: r.u32()?,
+            sum: r.u64()?,
+        };
+        let count = r.u32()?;
+        parts.push(Part {
+            data: None,
+            count,
+            bytes: loc.len as usize,
+            loc: Some(loc),
+        });
+    }
+    Ok(parts)
 }
 
 fn encode_pivots(p: &Keys, out: &mut Vec<u8>) {
@@ -448,7 +497,14 @@ impl StoredNode for Node {
                     .map(|b| BASEMENT_OVERHEAD + b.heap_bytes())
                     .sum(),
             ),
-            Node::Run(seg) => (0, seg.bytes() + seg.len() * MESSAGE_OVERHEAD),
+            Node::Run(r) => (
+                r.head_len(),
+                r.chunks
+                    .iter()
+                    .filter(|s| s.data.is_some())
+                    .map(|s| s.bytes + s.count as usize * MESSAGE_OVERHEAD)
+                    .sum::<usize>(),
+            ),
         };
         256 + head + resident
     }
@@ -472,11 +528,7 @@ impl StoredNode for Node {
         let head_len = match self {
             Node::Internal(n) => n.head_len(),
             Node::Leaf(l) => l.head_len(),
-            Node::Run(seg) => {
-                let mut payload = Vec::with_capacity(seg.bytes());
-                let k = self.encode_head(&mut payload);
-                return Sealed::new(id, k, &payload, Vec::new());
-            }
+            Node::Run(r) => r.head_len(),
         };
         // Partitions are located and summed as they are laid out after the head. Segments are
         // encoded into one buffer; basements are written from their own buffers, uncopied.
@@ -491,9 +543,9 @@ impl StoredNode for Node {
             loc
         };
         let tail = match self {
-            Node::Internal(n) => {
-                let mut buf = Vec::with_capacity(n.size() - BLOCK_HEADER - head_len);
-                for s in &mut n.segs {
+            Node::Internal(Internal { segs, .. }) | Node::Run(Run { chunks: segs, .. }) => {
+                let mut buf = Vec::with_capacity(segs.iter().map(|s| s.bytes).sum());
+                for s in segs {
                     let start = buf.len();
                     s.get().encode(&mut buf);
                     s.loc = Some(place(buf.len() - start, xxh3_64(&buf[start..])));
@@ -515,7 +567,6 @@ impl StoredNode for Node {
                 }
                 tail
             }
-            Node::Run(_) => unreachable!("sealed above"),
         };
         let mut head = Vec::with_capacity(head_len);
         let k = self.encode_head(&mut head);
@@ -532,17 +583,18 @@ impl StoredNode for Node {
             drop
         };
         match self {
-            Node::Internal(n) => n.segs.iter_mut().for_each(|s| {
-                if drop_data(s.data.is_some(), s.loc.is_some()) {
-                    s.data = None;
-                }
-            }),
+            Node::Internal(Internal { segs, .. }) | Node::Run(Run { chunks: segs, .. }) => {
+                segs.iter_mut().for_each(|s| {
+                    if drop_data(s.data.is_some(), s.loc.is_some()) {
+                        s.data = None;
+                    }
+                })
+            }
             Node::Leaf(l) => l.bases.iter_mut().for_each(|b| {
                 if drop_data(b.data.is_some(), b.loc.is_some()) {
                     b.data = None;
                 }
             }),
-            Node::Run(_) => {}
         }
         any
     }
