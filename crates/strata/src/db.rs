@@ -6,8 +6,8 @@
 //!   synced durability, apply the batch to the engine while that sync runs; release the lock;
 //!   then wait for a log sync that covers the record (group commit). A batch is visible to
 //!   readers once applied, which may be before its sync ends; it is acknowledged only after.
-//! - checkpoints: past `checkpoint_wal_bytes` of log, the writer writes the dirty nodes and the
-//!   table (`Engine::begin_checkpoint`) and moves the log to its other file (`Wal::rotate`);
+//! - checkpoints: past `checkpoint_wal_bytes` of log, and once the log is at least as long as
+//!   the dirty nodes, the writer writes the dirty nodes and the table (`Engine::begin_checkpoint`) and moves the log to its other file (`Wal::rotate`);
 //!   a thread of the checkpoint's own makes it durable (the data file's syncs and the
 //!   superblock) while writers go on; the next write after that finishes it and empties the
 //!   log file left behind. At most one checkpoint is in flight: a writer that reaches the next
@@ -336,7 +336,10 @@ impl Db {
             self.counters.batches.fetch_add(1, Relaxed);
             self.counters.ops.fetch_add(ops, Relaxed);
             self.counters.logical_bytes.fetch_add(logical, Relaxed);
-            if self.wal.size() >= self.opts.checkpoint_wal_bytes {
+            // A checkpoint writes every dirty node: wait until the log is at least that long
+            // too, so that checkpoints never write more than the log did since the last one.
+            let log = self.wal.size();
+            if log >= self.opts.checkpoint_wal_bytes && log >= st.engine.dirty_bytes() {
                 self.begin_checkpoint(&mut st)?;
             }
             seq

@@ -62,6 +62,8 @@ pub trait Engine: Send {
     }
     /// Called between operations, when nothing is pinned: bring the cache within budget.
     fn settle(&mut self) -> Result<()>;
+    /// Cache bytes of the nodes a checkpoint would write now.
+    fn dirty_bytes(&self) -> u64;
     fn stats(&self) -> EngineStats;
     /// Verify every block's checksum and the structure's invariants; reads bypass the cache.
     fn check(&mut self) -> Result<CheckReport>;

@@ -60,7 +60,10 @@ pub struct Options {
     pub durability: Durability,
     /// Open the data file with O_DIRECT (Linux), bypassing the page cache.
     pub direct_io: bool,
-    /// Checkpoint when the write-ahead log grows past this many bytes.
+    /// Checkpoint when the write-ahead log grows past this many bytes and past the bytes of
+    /// the dirty nodes a checkpoint would write (at most the cache budget). So checkpoints
+    /// write no more than the log did, and recovery replays at most the larger of this and the
+    /// cache budget.
     pub checkpoint_wal_bytes: u64,
     pub create_if_missing: bool,
     /// Cost model used to price IOs in the metrics.

@@ -1755,6 +1755,10 @@ impl Engine for BeTree {
         self.store.evict_to_budget()
     }
 
+    fn dirty_bytes(&self) -> u64 {
+        self.store.dirty_bytes() as u64
+    }
+
     fn stats(&self) -> EngineStats {
         let pager = self.store.pager();
         EngineStats {

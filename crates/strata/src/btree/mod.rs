@@ -659,6 +659,10 @@ impl Engine for BTree {
         self.store.evict_to_budget()
     }
 
+    fn dirty_bytes(&self) -> u64 {
+        self.store.dirty_bytes() as u64
+    }
+
     fn stats(&self) -> EngineStats {
         let pager = self.store.pager();
         EngineStats {
