@@ -52,6 +52,9 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
     t.row("leaf nodes", r.leaf_nodes);
     t.row("internal nodes", r.internal_nodes);
     t.row("blobs", r.blobs);
+    if r.runs > 0 {
+        t.row("runs", r.runs);
+    }
     print_table(&t)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -27,6 +27,8 @@ pub struct DbView {
     pub basement_size: u64,
     pub geometry: &'static str,
     pub buffered_messages: u64,
+    /// Runs spilled toward leaves and not yet drained (Bε-tree).
+    pub runs: u64,
     pub live_keys: u64,
     pub live_bytes: u64,
     pub data_file_bytes: u64,
@@ -81,6 +83,7 @@ impl From<&Metrics> for DbView {
             basement_size: e.basement_size,
             geometry: e.geometry_origin,
             buffered_messages: e.buffered_messages,
+            runs: e.runs,
             live_keys: e.live_keys,
             live_bytes: e.live_bytes,
             data_file_bytes: m.data_file_bytes,
@@ -117,6 +120,7 @@ impl DbView {
         t.row("geometry", self.geometry);
         if self.fanout > 0 {
             t.row("buffered messages", self.buffered_messages);
+            t.row("runs", self.runs);
         }
         t.row("height", self.height);
         t.row(

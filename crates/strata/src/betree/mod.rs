@@ -742,21 +742,20 @@ impl BeTree {
     }
 
     fn not_a_node(&self, id: NodeId) -> Error {
-        let pager = self.store.pager();
-        Error::corruption(
-            pager.file_name(),
-            pager.offset_of(id),
+        self.corrupt(
+            id,
             format!("node {id} is a run where a tree node was expected"),
         )
     }
 
     fn not_a_run(&self, id: NodeId) -> Error {
+        self.corrupt(id, format!("node {id} is listed as a run but is not one"))
+    }
+
+    /// Corruption found in node `id`, reported at its extent.
+    fn corrupt(&self, id: NodeId, what: String) -> Error {
         let pager = self.store.pager();
-        Error::corruption(
-            pager.file_name(),
-            pager.offset_of(id),
-            format!("node {id} is listed as a run but is not one"),
-        )
+        Error::corruption(pager.file_name(), pager.offset_of(id), what)
     }
 
     /// Move child j's runs and segment j of a resident internal node into child j (pinned),
@@ -1565,9 +1564,13 @@ impl Engine for BeTree {
             Node::Leaf(l) => l.basement_for(key),
             _ => unreachable!("descent ends at a leaf"),
         };
-        self.load_part(&leaf, i)?;
         msgs.sort_by_key(|m| m.seq);
         let refs: Vec<&Msg> = msgs.iter().collect();
+        if refs.iter().any(|m| !matches!(m.body, Body::Upsert(_))) {
+            // A put or a delete above the leaf settles the value: the leaf's entry is not read.
+            return self.resolve(key, None, &refs);
+        }
+        self.load_part(&leaf, i)?;
         let g = leaf.read();
         let Node::Leaf(l) = &*g else {
             unreachable!("descent ends at a leaf")
@@ -1878,12 +1881,8 @@ impl BeTree {
             );
             let inside = |k: &[u8]| lo.is_none_or(|l| k >= l) && before(k, hi);
             if !c.get().points().iter().all(|m| inside(&m.key)) {
-                let pager = self.store.pager();
-                return Err(Error::corruption(
-                    pager.file_name(),
-                    pager.offset_of(id),
-                    format!("run {id}: a message of chunk {i} is outside its range"),
-                ));
+                let what = format!("run {id}: a message of chunk {i} is outside its range");
+                return Err(self.corrupt(id, what));
             }
         }
         Ok(())

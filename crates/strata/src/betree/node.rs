@@ -301,27 +301,11 @@ impl Node {
                 kind::BETREE_INTERNAL
             }
             Node::Leaf(l) => {
-                out.extend_from_slice(&(l.bases.len() as u32).to_le_bytes());
-                for b in &l.bases {
-                    let loc = b.loc.expect("located before encoding");
-                    out.extend_from_slice(&loc.off.to_le_bytes());
-                    out.extend_from_slice(&loc.len.to_le_bytes());
-                    out.extend_from_slice(&loc.sum.to_le_bytes());
-                    out.extend_from_slice(&b.count.to_le_bytes());
-                }
-                encode_pivots(&l.pivots, out);
+                encode_parts(&l.bases, &l.pivots, out);
                 kind::BETREE_LEAF
             }
             Node::Run(r) => {
-                out.extend_from_slice(&(r.chunks.len() as u32).to_le_bytes());
-                for c in &r.chunks {
-                    let loc = c.loc.expect("located before encoding");
-                    out.extend_from_slice(&loc.off.to_le_bytes());
-                    out.extend_from_slice(&loc.len.to_le_bytes());
-                    out.extend_from_slice(&loc.sum.to_le_bytes());
-                    out.extend_from_slice(&c.count.to_le_bytes());
-                }
-                encode_pivots(&r.pivots, out);
+                encode_parts(&r.chunks, &r.pivots, out);
                 kind::BETREE_RUN
             }
         }
@@ -391,6 +375,19 @@ impl Node {
         }
         Ok(node)
     }
+}
+
+/// A leaf's or a run's head: its partitions' directory, then its pivots.
+fn encode_parts<T>(parts: &[Part<T>], pivots: &Keys, out: &mut Vec<u8>) {
+    out.extend_from_slice(&(parts.len() as u32).to_le_bytes());
+    for p in parts {
+        let loc = p.loc.expect("located before encoding");
+        out.extend_from_slice(&loc.off.to_le_bytes());
+        out.extend_from_slice(&loc.len.to_le_bytes());
+        out.extend_from_slice(&loc.sum.to_le_bytes());
+        out.extend_from_slice(&p.count.to_le_bytes());
+    }
+    encode_pivots(pivots, out);
 }
 
 /// The directory of a leaf's or a run's `n` partitions, none of them resident yet.
