@@ -320,18 +320,7 @@ impl Node {
                 let mut segs = Vec::with_capacity(n);
                 for _ in 0..n {
                     children.push(r.u64()?);
-                    let loc = Loc {
-                        off: r.u32()?,
-                        len: r.u32()?,
-                        sum: r.u64()?,
-                    };
-                    let count = r.u32()?;
-                    segs.push(Part {
-                        data: None,
-                        count,
-                        bytes: loc.len as usize,
-                        loc: Some(loc),
-                    });
+                    segs.push(decode_part(&mut r)?);
                 }
                 let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
                 let mut runs = vec![Vec::new(); n];
@@ -392,22 +381,23 @@ fn encode_parts<T>(parts: &[Part<T>], pivots: &Keys, out: &mut Vec<u8>) {
 
 /// The directory of a leaf's or a run's `n` partitions, none of them resident yet.
 fn decode_parts<T>(r: &mut Reader<'_>, n: usize) -> std::result::Result<Vec<Part<T>>, String> {
-    let mut parts = Vec::with_capacity(n);
-    for _ in 0..n {
-        let loc = Loc {
-            off: r.u32()?,
-            len: r.u32()?,
-            sum: r.u64()?,
-        };
-        let count = r.u32()?;
-        parts.push(Part {
-            data: None,
-            count,
-            bytes: loc.len as usize,
-            loc: Some(loc),
-        });
-    }
-    Ok(parts)
+    (0..n).map(|_| decode_part(r)).collect()
+}
+
+/// One partition's directory entry (offset, length, xxh3, count), not resident.
+fn decode_part<T>(r: &mut Reader<'_>) -> std::result::Result<Part<T>, String> {
+    let loc = Loc {
+        off: r.u32()?,
+        len: r.u32()?,
+        sum: r.u64()?,
+    };
+    let count = r.u32()?;
+    Ok(Part {
+        data: None,
+        count,
+        bytes: loc.len as usize,
+        loc: Some(loc),
+    })
 }
 
 fn encode_pivots(p: &Keys, out: &mut Vec<u8>) {
