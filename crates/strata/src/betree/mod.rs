@@ -185,10 +185,10 @@ fn before(key: &[u8], hi: Option<&[u8]>) -> bool {
 const IN_PLACE_MAX: usize = 16;
 
 /// Spilled runs a leaf may collect before a flush drains them into it: a point query probes
-/// each run's filter, and one in a hundred misses costs a read of the run.
+/// each run's filter, and about one probe in a hundred that misses still reads a chunk.
 pub(crate) const MAX_RUNS: usize = 8;
 
-/// A leaf's runs may hold up to this many times the leaf's bytes before it is rewritten.
+/// A leaf's runs may hold up to this many node sizes before a flush drains them.
 pub(crate) const RUN_BUDGET: f64 = 1.0;
 
 /// A key's value while its messages are applied: the basement's entry until a message
