@@ -467,15 +467,14 @@ pub fn read_part(pager: &Pager, id: NodeId, i: usize, loc: Loc) -> Result<Vec<u8
 
 impl StoredNode for Node {
     fn charge(&self) -> usize {
+        let segments = |segs: &[Part<Segment>]| -> usize {
+            segs.iter()
+                .filter(|s| s.data.is_some())
+                .map(|s| s.bytes + s.count as usize * MESSAGE_OVERHEAD)
+                .sum()
+        };
         let (head, resident) = match self {
-            Node::Internal(n) => (
-                n.head_len(),
-                n.segs
-                    .iter()
-                    .filter(|s| s.data.is_some())
-                    .map(|s| s.bytes + s.count as usize * MESSAGE_OVERHEAD)
-                    .sum::<usize>(),
-            ),
+            Node::Internal(n) => (n.head_len(), segments(&n.segs)),
             Node::Leaf(l) => (
                 l.head_len(),
                 l.bases
@@ -484,14 +483,7 @@ impl StoredNode for Node {
                     .map(|b| BASEMENT_OVERHEAD + b.heap_bytes())
                     .sum(),
             ),
-            Node::Run(r) => (
-                r.head_len(),
-                r.chunks
-                    .iter()
-                    .filter(|s| s.data.is_some())
-                    .map(|s| s.bytes + s.count as usize * MESSAGE_OVERHEAD)
-                    .sum::<usize>(),
-            ),
+            Node::Run(r) => (r.head_len(), segments(&r.chunks)),
         };
         256 + head + resident
     }
