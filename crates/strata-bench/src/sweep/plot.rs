@@ -9,6 +9,7 @@
 use std::fmt::Write as _;
 
 use super::{human, Op, Report, Tree};
+use strata::profile::plot::{log_y_grid, polyline};
 
 const PW: f64 = 440.0;
 const PH: f64 = 360.0;
@@ -109,16 +110,7 @@ fn panel(out: &mut String, r: &Report, op: Op, ox: f64) {
         y = (t + b) / 2.0
     );
     // 1-2-5 ticks on y, node-size ticks on x.
-    for v in strata::profile::plot::log_ticks(p.y.0, p.y.1) {
-        let y = p.py(v);
-        let _ = writeln!(
-            out,
-            r##"<line x1="{l}" y1="{y:.1}" x2="{rt}" y2="{y:.1}" stroke="#e4e4e4"/><text x="{}" y="{:.1}" text-anchor="end" font-size="10">{}</text>"##,
-            l - 4.0,
-            y + 3.0,
-            us_label(v)
-        );
-    }
+    log_y_grid(out, p.y, (l, rt), |v| p.py(v), "#e4e4e4", us_label);
     let mut x = r.config.min_node;
     while x <= largest {
         let _ = writeln!(
@@ -208,15 +200,6 @@ fn panel(out: &mut String, r: &Report, op: Op, ox: f64) {
             );
         }
     }
-}
-
-fn polyline(out: &mut String, pts: &[(f64, f64)], style: &str) {
-    let coords: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
-    let _ = writeln!(
-        out,
-        r#"<polyline points="{}" fill="none" {style}/>"#,
-        coords.join(" ")
-    );
 }
 
 /// The sweep as a standalone SVG document: three panels (random insert, point query, mixed) and

@@ -93,14 +93,27 @@ fn frame(out: &mut String, p: &Panel, title: &str, xlabel: &str, ylabel: &str) {
         p.ox + 16.0,
         (t + b) / 2.0
     );
-    for v in log_ticks(p.y.0, p.y.1) {
-        let y = p.py(v);
+    log_y_grid(out, p.y, (l, r), |v| p.py(v), "#ddd", time_label);
+}
+
+/// Grid lines across [l, r], each labelled left of the axis, at the 1-2-5 ticks of a log y
+/// axis over `y` (`py` places a value).
+pub fn log_y_grid(
+    out: &mut String,
+    y: (f64, f64),
+    (l, r): (f64, f64),
+    py: impl Fn(f64) -> f64,
+    stroke: &str,
+    label: impl Fn(f64) -> String,
+) {
+    for v in log_ticks(y.0, y.1) {
+        let y = py(v);
         let _ = writeln!(
             out,
-            r##"<line x1="{l}" y1="{y:.1}" x2="{r}" y2="{y:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end" font-size="10">{}</text>"##,
+            r#"<line x1="{l}" y1="{y:.1}" x2="{r}" y2="{y:.1}" stroke="{stroke}"/><text x="{}" y="{:.1}" text-anchor="end" font-size="10">{}</text>"#,
             l - 4.0,
             y + 3.0,
-            time_label(v)
+            label(v)
         );
     }
 }
@@ -121,7 +134,8 @@ pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
     ticks
 }
 
-fn polyline(out: &mut String, pts: &[(f64, f64)], style: &str) {
+/// An unfilled SVG polyline through `pts`, drawn in `style` (attributes).
+pub fn polyline(out: &mut String, pts: &[(f64, f64)], style: &str) {
     let coords: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
     let _ = writeln!(
         out,
