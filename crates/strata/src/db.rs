@@ -46,8 +46,10 @@ pub const WAL_FILE_2: &str = "strata.wal.1";
 struct State {
     engine: Box<dyn Engine>,
     next_seq: u64,
-    /// The checkpoint being made durable on its own thread, if any.
-    checkpointing: Option<JoinHandle<Result<Commit>>>,
+    /// The checkpoint being made durable on its own thread, if any. The thread hands the
+    /// commit back even when it failed: blocks it did not write are still read back from their
+    /// places until the database is poisoned, and eviction writes them from the commit.
+    checkpointing: Option<JoinHandle<(Commit, Result<()>)>>,
 }
 
 #[derive(Default)]
@@ -433,7 +435,8 @@ impl Db {
             .name("strata-checkpoint".into())
             .spawn(move || {
                 let mut commit = commit;
-                commit.make_durable().map(|_| commit)
+                let made = commit.make_durable();
+                (commit, made)
             })
             .map_err(|e| self.poisoned(Error::io("start a checkpoint thread", e)))?;
         st.checkpointing = Some(thread);
@@ -448,12 +451,15 @@ impl Db {
             _ => return Ok(()),
         }
         let thread = st.checkpointing.take().expect("matched above");
-        let made = thread.join().unwrap_or_else(|_| {
-            Err(Error::io(
+        // A failed commit is dropped here, under the state lock, and the database poisoned
+        // before the lock is let go: nothing reads a node it failed to write.
+        let made = match thread.join() {
+            Ok((commit, made)) => made.map(|_| commit),
+            Err(_) => Err(Error::io(
                 "make a checkpoint durable",
                 std::io::Error::other("the checkpoint thread panicked"),
-            ))
-        });
+            )),
+        };
         made.and_then(|commit| st.engine.finish_checkpoint(commit))
             .and_then(|_| self.wal.release_previous())
             .map_err(|e| self.poisoned(e))

@@ -261,12 +261,15 @@ impl<N: StoredNode> NodeStore<N> {
 
     /// If a checkpoint placed this clean node's block and has not written it yet, write it now
     /// (the checkpoint's thread may write the same bytes too), so that it can be read back.
+    /// The block is let go only once written: after a failed write the node stays in memory
+    /// until a later eviction writes it.
     fn write_placed(&self, cell: &NodeCell<N>) -> Result<()> {
-        let placed = std::mem::take(&mut *cell.placed.lock().unwrap_or_else(|e| e.into_inner()));
-        match placed.upgrade() {
-            Some(block) => block.write_to(&**self.pager.device()),
-            None => Ok(()),
+        let mut placed = cell.placed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(block) = placed.upgrade() {
+            block.write_to(&**self.pager.device())?;
         }
+        *placed = Weak::new();
+        Ok(())
     }
 
     fn write_back(&mut self, cell: &NodeCell<N>) -> Result<()> {
@@ -358,5 +361,70 @@ impl<N: StoredNode> NodeStore<N> {
             .filter(|e| e.cell.dirty.load(Ordering::Relaxed))
             .map(|e| e.charge)
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::block::kind;
+    use crate::storage::pager::Chunk;
+    use crate::storage::sim::{SimDevice, SimDisk};
+
+    /// A node whose sealed block shares its bytes, as the Bε-tree's basements do, so that a
+    /// checkpoint places it and writes it later.
+    struct Shared(Arc<Vec<u8>>);
+
+    impl StoredNode for Shared {
+        fn charge(&self) -> usize {
+            self.0.len()
+        }
+        fn load(pager: &Pager, id: NodeId) -> Result<Self> {
+            Ok(Shared(Arc::new(pager.read_head(id)?.1)))
+        }
+        fn seal(&mut self, id: NodeId) -> Sealed {
+            Sealed::new(id, kind::BLOB, &self.0, vec![Chunk::Shared(self.0.clone())])
+        }
+    }
+
+    /// A pool with no room, holding one node a checkpoint has placed but not written.
+    fn placed_node() -> (Arc<SimDisk>, NodeStore<Shared>, NodeId, Commit) {
+        let disk = SimDisk::new(Default::default(), 0.0);
+        let dev = Arc::new(SimDevice::new("data", disk.clone()));
+        let mut store = NodeStore::new(Pager::create(dev), 0);
+        let id = store
+            .create(Shared(Arc::new(b"placed".to_vec())))
+            .unwrap()
+            .id();
+        let commit = store.begin_checkpoint(1, Vec::new()).unwrap();
+        (disk, store, id, commit)
+    }
+
+    fn read_back(store: &mut NodeStore<Shared>, id: NodeId) -> Vec<u8> {
+        assert!(!store.is_resident(id), "the node left memory");
+        let pin = store
+            .get(id)
+            .expect("the node reads back from its placed block");
+        let bytes = pin.read().0.to_vec();
+        bytes
+    }
+
+    #[test]
+    fn a_placed_block_whose_eviction_write_failed_is_written_by_the_next_eviction() {
+        let (disk, mut store, id, _commit) = placed_node();
+        disk.fail_io_after(1, false);
+        assert!(matches!(store.evict_to_budget(), Err(Error::Io { .. })));
+        assert!(store.is_resident(id), "a node whose write failed stays");
+        store.evict_to_budget().unwrap();
+        assert_eq!(read_back(&mut store, id), b"placed");
+    }
+
+    #[test]
+    fn a_placed_block_a_failed_commit_left_unwritten_is_written_by_eviction() {
+        let (disk, mut store, id, mut commit) = placed_node();
+        disk.fail_io_after(1, false);
+        assert!(matches!(commit.make_durable(), Err(Error::Io { .. })));
+        store.evict_to_budget().unwrap();
+        assert_eq!(read_back(&mut store, id), b"placed");
     }
 }

@@ -134,11 +134,16 @@ pub struct Commit {
 
 impl Commit {
     /// Step 3 of the protocol, safe on any thread: the blocks still to be written (each let go
-    /// once written), a sync, then the superblock.
+    /// once written), a sync, then the superblock. A block whose write failed is kept, with
+    /// those after it: its node is read back from there, so eviction must still find it
+    /// (`NodeStore::write_placed`) for as long as this commit lives.
     pub fn make_durable(&mut self) -> Result<()> {
-        for w in std::mem::take(&mut self.writes) {
-            w.write_to(&*self.dev)?;
-            w.write_out(&*self.dev)?;
+        let mut writes = std::mem::take(&mut self.writes).into_iter();
+        while let Some(w) = writes.next() {
+            if let Err(e) = w.write_to(&*self.dev).and_then(|_| w.write_out(&*self.dev)) {
+                self.writes = std::iter::once(w).chain(writes).collect();
+                return Err(e);
+            }
         }
         self.dev.sync()?;
         let slot = self.checkpoint.seq % 2;
