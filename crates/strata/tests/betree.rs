@@ -85,9 +85,10 @@ fn point_queries_read_one_small_partition_per_uncached_level() {
         "{per_query} reads per query for height {height}"
     );
     // Headers stay resident, so a level costs one partition read; a level whose header was
-    // evicted too costs two.
+    // evicted too costs two, and so does a run whose filter answers "maybe" (the key's newest
+    // message is there, or one probe in a hundred misleads): its head and one chunk.
     assert!(
-        worst <= 2 * height,
+        worst <= 2 * height + 2,
         "a query read {worst} times, height {height}"
     );
     assert!(

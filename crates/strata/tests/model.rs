@@ -373,6 +373,7 @@ struct Seen {
     failed_batch_survived: Cell<u64>,
     max_height: Cell<u32>,
     max_blobs: Cell<u64>,
+    /// Most live keys at once, by the oracle (an engine's own count leaves out buffered keys).
     max_keys: Cell<u64>,
     evictions: Cell<u64>,
 }
@@ -433,7 +434,7 @@ impl<'a> Run<'a> {
         let s = self.seen;
         s.max_height.set(s.max_height.get().max(m.engine.height));
         s.max_blobs.set(s.max_blobs.get().max(m.engine.blobs));
-        s.max_keys.set(s.max_keys.get().max(m.engine.live_keys));
+        s.max_keys.set(s.max_keys.get().max(self.cur.len() as u64));
         s.evictions
             .set(s.evictions.get().max(m.engine.cache.evictions));
     }

@@ -186,10 +186,13 @@ const IN_PLACE_MAX: usize = 16;
 
 /// Spilled runs a leaf may collect before a flush drains them into it: a point query probes
 /// each run's filter, and about one probe in a hundred that misses still reads a chunk.
-pub(crate) const MAX_RUNS: usize = 8;
+pub(crate) const MAX_RUNS: usize = 16;
 
-/// A leaf's runs may hold up to this many node sizes before a flush drains them.
-pub(crate) const RUN_BUDGET: f64 = 1.0;
+/// A leaf's runs may hold up to this many node sizes before a flush drains them. A drain
+/// rewrites the leaf, so the leaf level writes about 1 + (leaf bytes / this) bytes per byte
+/// flushed into it: at 10M keys, 2 node sizes (with 16 runs) wrote 17% less in all than 1
+/// (with 8), and 4 (with 32) 26% less, at the price of more data in runs for scans to merge.
+pub(crate) const RUN_BUDGET: f64 = 2.0;
 
 /// A key's value while its messages are applied: the basement's entry until a message
 /// replaces it (`new` is then `Some`, holding `None` once deleted).

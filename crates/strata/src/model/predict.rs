@@ -778,8 +778,8 @@ mod tests {
     #[test]
     fn the_engine_account_keeps_half_full_buffers_and_spills_runs() {
         // Nothing cached: every flush into an internal node reads and rewrites it; in the engine
-        // a leaf takes 8 flushes as runs (8 × B/8 fill the run budget of one node) and the ninth
-        // drains them and rewrites it. Internal nodes below the root are written at half their
+        // a leaf takes 16 flushes as runs (16 × B/8 fill the run budget of two nodes) and the
+        // seventeenth drains them and rewrites it. Internal nodes below the root are written at half their
         // buffer (page-rounded), leaves whole; the paper's account writes the full B at every
         // level and rewrites the leaf on every flush.
         let m = Affine::default_ssd();
@@ -794,8 +794,8 @@ mod tests {
         let below_root = engine.height as f64 - 1.0;
         let internal = page_round(header + buffer / 2.0);
         let leaf_node = engine.levels.last().unwrap().node_bytes;
-        assert_eq!(spills_per_drain((1u64 << 20) as f64, buffer / 8.0), 8.0);
-        let leaf_per_flush = (leaf_node + 8.0 * page_round(buffer / 8.0)) / 9.0;
+        assert_eq!(spills_per_drain((1u64 << 20) as f64, buffer / 8.0), 16.0);
+        let leaf_per_flush = (leaf_node + 16.0 * page_round(buffer / 8.0)) / 17.0;
         assert!((leaf - flushes * leaf_per_flush).abs() < 1e-9 * leaf);
         let want = flushes * ((below_root - 1.0) * internal + leaf_per_flush);
         assert!((engine.insert.write_bytes - want).abs() < 1e-9 * want);
