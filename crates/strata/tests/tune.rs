@@ -304,8 +304,8 @@ fn predicted_load_write_amplification_follows_measured_loads() {
     }
     // Flushes into uncached leaves are spilled as runs, so a leaf is rewritten about once per
     // its size in runs whatever the fanout; what a small fanout costs is more internal nodes,
-    // fewer of them cached. The engine and the model alike write most at 128 KiB / F 4 and
-    // least at 256 KiB / F 16 (between those two the difference is within the model's error).
+    // fewer of them cached. The engine and the model alike write more at 128 KiB / F 4 than
+    // at 256 KiB / F 16 (F 8 falls within the model's error of either).
     for pick in [|r: &(f64, f64)| r.0, |r: &(f64, f64)| r.1] {
         assert!(pick(&rows[0]) > pick(&rows[2]), "{rows:?}");
     }
