@@ -190,8 +190,9 @@ pub(crate) const MAX_RUNS: usize = 16;
 
 /// A leaf's runs may hold up to this many node sizes before a flush drains them. A drain
 /// rewrites the leaf, so the leaf level writes about 1 + (leaf bytes / this) bytes per byte
-/// flushed into it: at 10M keys, 2 node sizes (with 16 runs) wrote 17% less in all than 1
-/// (with 8), and 4 (with 32) 26% less, at the price of more data in runs for scans to merge.
+/// flushed into it. Loading 10M to 20M keys, 2 node sizes (with 16 runs) wrote about 15% less
+/// in all than 1 (with 8), and 4 (with 32) about 8% less again, at the price of more data in
+/// runs for scans to merge (docs/performance.md, "Step 3").
 pub(crate) const RUN_BUDGET: f64 = 2.0;
 
 /// A key's value while its messages are applied: the basement's entry until a message

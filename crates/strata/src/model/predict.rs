@@ -779,9 +779,9 @@ mod tests {
     fn the_engine_account_keeps_half_full_buffers_and_spills_runs() {
         // Nothing cached: every flush into an internal node reads and rewrites it; in the engine
         // a leaf takes 16 flushes as runs (16 × B/8 fill the run budget of two nodes) and the
-        // seventeenth drains them and rewrites it. Internal nodes below the root are written at half their
-        // buffer (page-rounded), leaves whole; the paper's account writes the full B at every
-        // level and rewrites the leaf on every flush.
+        // seventeenth drains them and rewrites it. Internal nodes below the root are written at
+        // half their buffer (page-rounded), leaves whole; the paper's account writes the full B
+        // at every level and rewrites the leaf on every flush.
         let m = Affine::default_ssd();
         let mut inp = PredictInput::new(1 << 20, 2_000_000, 16, 100, 0);
         inp.fanout = Some(8);
