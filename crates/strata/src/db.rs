@@ -36,7 +36,7 @@ use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::options::{Durability, EngineOptions, Options};
 use crate::storage::{Commit, Device, Env, EnvLock, FileEnv, FileKind, IoStats, Metered, Pager};
-use crate::wal::{self, Wal};
+use crate::wal::{self, Reopened, Wal};
 
 pub const DATA_FILE: &str = "strata.data";
 pub const WAL_FILE: &str = "strata.wal";
@@ -177,6 +177,18 @@ impl Db {
             Arc::new(Metered::new(dev, stats.clone()))
         };
         let existing = env.open(DATA_FILE, FileKind::Data, false)?;
+        // A process that died may have left writes in the page cache that never reached the
+        // disk: a superblock, log records. Make them durable before trusting them, or a power
+        // cut later could revert them after we built on them (reused the extents an older
+        // checkpoint needs, emptied the log an unsynced checkpoint covered).
+        if let Some(dev) = &existing {
+            dev.sync()?;
+        }
+        for name in [WAL_FILE, WAL_FILE_2] {
+            if let Some(log) = env.open(name, FileKind::Log, false)? {
+                log.sync()?;
+            }
+        }
         let mut engine;
         let checkpoint_seq;
         let mut checkpoint_slot = 0;
@@ -229,12 +241,17 @@ impl Db {
                 ),
             )),
         };
-        let (wal, last_seq, older_log_needed) = Wal::open(logs, checkpoint_seq, replay)?;
-        if older_log_needed {
-            // A crash came before a background checkpoint was durable: the log's older file
-            // still holds records, so checkpoint them before the next rotation reuses it.
-            engine.checkpoint(last_seq)?;
-            wal.reset(last_seq)?;
+        let (wal, last_seq, reopened) = Wal::open(logs, checkpoint_seq, replay)?;
+        match reopened {
+            Reopened::Ready => {}
+            Reopened::CheckpointFirst => {
+                // A crash came before a background checkpoint was durable: the log's older file
+                // still holds records, so checkpoint them before the next rotation reuses it.
+                engine.checkpoint(last_seq)?;
+                wal.reset(last_seq)?;
+            }
+            // The checkpoint (durable: synced above) covers everything the log holds.
+            Reopened::Restart => wal.reset(last_seq)?,
         }
         Ok(Db {
             opts,
@@ -332,7 +349,13 @@ impl Db {
             if let Err(e) = apply(&mut *st.engine, batch).and_then(|_| st.engine.settle()) {
                 // Memory may hold part of the batch; the log must not, or every reopen would
                 // replay into the same failure. The batch was never acknowledged.
-                let _ = self.wal.retract(at, seq);
+                if let Err(cut) = self.wal.retract(at, seq) {
+                    // The record may come back after a crash: say so in the poison's cause.
+                    self.poisoned(Error::io(
+                        format!("take back log record {seq} of a failed batch ({e})"),
+                        std::io::Error::other(cut.to_string()),
+                    ));
+                }
                 return Err(self.poisoned(e));
             }
             self.counters.batches.fetch_add(1, Relaxed);
@@ -416,6 +439,10 @@ impl Db {
     fn checkpoint_locked(&self, st: &mut State) -> Result<()> {
         self.finish_checkpoint(st, true)?;
         let seq = st.next_seq - 1;
+        // The log durable through `seq` before a superblock says the checkpoint covers it: the
+        // log then never ends below a durable checkpoint, whatever a power cut leaves of the
+        // reset that follows.
+        self.wal.sync_through(seq).map_err(|e| self.poisoned(e))?;
         st.engine.checkpoint(seq).map_err(|e| self.poisoned(e))?;
         self.wal.reset(seq).map_err(|e| self.poisoned(e))
     }

@@ -108,26 +108,75 @@ struct Parsed {
 impl Wal {
     /// Replay the two log files, the older first, calling `apply` for each record after
     /// `after_seq` (markers included, so the caller can judge them). Returns the log, ready to
-    /// append to the newer file, the last sequence number seen, and whether the older file holds
-    /// records the checkpoint does not cover (a crash came before a background checkpoint was
-    /// durable): then the caller must checkpoint and `reset` before the next `rotate`. Whatever
-    /// replay found is made durable before returning.
+    /// append to the newer file, the last sequence number seen, and what the caller must do
+    /// before the next `rotate` (`Reopened`). Both files are judged before anything is applied
+    /// or changed, so damage is reported in the file and at the offset where it is, with
+    /// nothing trimmed; whatever replay found is made durable before returning.
     pub fn open(
         logs: [Arc<dyn Device>; 2],
         after_seq: u64,
         mut apply: impl FnMut(Record<'_>) -> Result<()>,
-    ) -> Result<(Wal, u64, bool)> {
+    ) -> Result<(Wal, u64, Reopened)> {
         let [a, b] = logs;
         let (first_a, first_b) = (first_record(&*a)?, first_record(&*b)?);
         // The file begun later starts with a higher sequence number, or with a marker for the
         // checkpoint that covers the other's last record (a rotation writes its marker before
         // any record); a file that starts with nothing valid is the older.
         let (older, newer) = if first_b > first_a { (a, b) } else { (b, a) };
-        let (_, older_last) = replay(&*older, after_seq, &mut apply)?;
-        let (tail, last) = replay(&*newer, after_seq.max(older_last), &mut apply)?;
+        let old = Scan::of(&*older)?;
+        old.judge_tail()?;
+        let new = Scan::of(&*newer)?;
+        new.judge_tail()?;
+        old.check_start(after_seq)?;
+        let older_last = old.last().unwrap_or(0);
+        let reach = after_seq.max(older_last);
+        if let Some(first) = new.records.first() {
+            // A batch must follow the last record reached; a marker continues after the record
+            // of its own number, so that record must have been reached.
+            let gap = first.seq > reach + 1;
+            let marker_ahead = first.kind == Kind::Checkpoint && first.seq > reach;
+            if (gap || marker_ahead) && old.end < old.buf.len() {
+                // The older file was complete and synced before the newer one began: the
+                // missing records were where it is cut short.
+                return Err(Error::corruption(
+                    &old.name,
+                    old.end as u64,
+                    format!(
+                        "log records {}..={} are missing: the older log file is damaged here",
+                        reach + 1,
+                        if gap { first.seq - 1 } else { first.seq }
+                    ),
+                ));
+            }
+            if gap {
+                return Err(new.gap_error(reach, first));
+            }
+            // A marker one past the records reached: `apply` judges it (a newer superblock
+            // that was durable is damaged).
+        }
+        old.replay(after_seq, &mut apply)?;
+        new.replay(reach, &mut apply)?;
+        // What replay made visible must not vanish in a later power cut; a torn tail goes.
+        if new.end < new.buf.len() {
+            newer.set_len(new.end as u64)?;
+        }
+        if new.last().is_some_and(|l| l > after_seq) || new.end < new.buf.len() {
+            newer.sync()?;
+        }
+        let last = reach.max(new.last().unwrap_or(0));
+        let reopened = if older_last > after_seq {
+            Reopened::CheckpointFirst
+        } else if new.last().is_some_and(|l| l < last) {
+            // The newer file ends below the checkpoint (a power cut came after the checkpoint's
+            // superblock and before the log was emptied): a record appended after it would
+            // break its sequence.
+            Reopened::Restart
+        } else {
+            Reopened::Ready
+        };
         let shared = Arc::new(Shared {
             dev: Mutex::new(newer),
-            tail: Mutex::new(tail),
+            tail: Mutex::new(new.end as u64),
             written: AtomicU64::new(last),
             sync: Mutex::new(SyncState {
                 synced: last,
@@ -149,7 +198,7 @@ impl Wal {
                 syncer: Some(syncer),
             },
             last,
-            older_last > after_seq,
+            reopened,
         ))
     }
 
@@ -176,16 +225,21 @@ impl Wal {
     }
 
     /// Take back the last record (it starts at `offset`): its batch failed and was never
-    /// acknowledged, so replay must not meet it.
+    /// acknowledged, so replay must not meet it. The cut is synced: the record may already be
+    /// on disk (its sync was requested before the batch failed), and it must not come back
+    /// after a power cut.
     pub fn retract(&self, offset: u64, seq: u64) -> Result<()> {
         let sh = &*self.shared;
         let mut tail = lock(&sh.tail);
-        sh.current().set_len(offset)?;
-        *tail = offset;
+        {
+            let mut st = lock(&sh.sync);
+            st.requested = st.requested.min(seq - 1);
+        }
         sh.written.store(seq - 1, Ordering::Release);
-        let mut st = lock(&sh.sync);
-        st.requested = st.requested.min(seq - 1);
-        Ok(())
+        *tail = offset;
+        let dev = sh.current();
+        dev.set_len(offset)?;
+        dev.sync()
     }
 
     /// Start a sync that covers the record with sequence number `seq`, if none has yet, and
@@ -220,8 +274,11 @@ impl Wal {
         }
     }
 
-    /// A checkpoint now covers every record up to `seq`: empty both log files and start the
-    /// current one with a marker for that checkpoint.
+    /// A durable checkpoint now covers every record up to `seq`: empty both log files and
+    /// start the current one with a marker for that checkpoint. A power cut in here may leave
+    /// each file old, empty, or begun with the marker over old bytes; every record in them is
+    /// at most `seq`, so replay skips them, and a log that then ends below `seq` is restarted
+    /// at open (`Reopened::Restart`).
     pub fn reset(&self, seq: u64) -> Result<()> {
         let sh = &*self.shared;
         lock(&self.previous).set_len(0)?;
@@ -349,70 +406,126 @@ fn first_record(dev: &dyn Device) -> Result<Option<(u64, bool)>> {
     Ok(parse(&rec, 0, |_| true).map(|r| (r.seq, r.kind == Kind::Checkpoint)))
 }
 
-/// Replay one log file (see the module comment); returns where its valid records end and the
-/// last sequence number seen (at least `after_seq`).
-fn replay(
-    dev: &dyn Device,
-    after_seq: u64,
-    apply: &mut impl FnMut(Record<'_>) -> Result<()>,
-) -> Result<(u64, u64)> {
-    let len = dev.len()?;
-    let mut buf = vec![0u8; len as usize];
-    if len > 0 {
-        dev.read_at(&mut buf, 0)?;
-    }
-    let name = dev.name().to_string();
-    let mut off = 0usize;
-    let mut last = after_seq;
-    let mut expect: Option<u64> = None;
-    while let Some(r) = parse(&buf, off, |s| expect.is_none_or(|e| e == s)) {
-        if expect.is_none() && r.seq > after_seq + 1 {
-            return Err(Error::corruption(
-                &name,
-                off as u64,
-                format!(
-                    "log starts at sequence {} but the checkpoint covers only up to {after_seq}",
-                    r.seq
-                ),
-            ));
+/// What replay should do before the log takes new records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reopened {
+    /// Append to the newer file as it is.
+    Ready,
+    /// The older file holds records the checkpoint does not cover (a crash came before a
+    /// background checkpoint was durable): checkpoint, then `reset`, before the next `rotate`
+    /// reuses that file.
+    CheckpointFirst,
+    /// The log ends below the checkpoint: `reset` (the checkpoint covers every record in
+    /// both files) before appending.
+    Restart,
+}
+
+/// One log file read whole: its consecutive valid records from the start, and where they end.
+struct Scan {
+    name: String,
+    buf: Vec<u8>,
+    records: Vec<Located>,
+    /// Where the valid records end; bytes past it are damage or the tail of a crash.
+    end: usize,
+}
+
+struct Located {
+    off: usize,
+    kind: Kind,
+    seq: u64,
+    len: usize,
+}
+
+impl Scan {
+    fn of(dev: &dyn Device) -> Result<Scan> {
+        let len = dev.len()?;
+        let mut buf = vec![0u8; len as usize];
+        if len > 0 {
+            dev.read_at(&mut buf, 0)?;
         }
-        if r.seq > after_seq {
-            let payload = &buf[off + HEADER..off + HEADER + r.len];
-            apply(Record {
+        let mut records: Vec<Located> = Vec::new();
+        let mut off = 0usize;
+        while let Some(r) = parse(&buf, off, |s| records.last().is_none_or(|p| p.seq + 1 == s)) {
+            records.push(Located {
+                off,
                 kind: r.kind,
-                file: &name,
                 seq: r.seq,
-                offset: off as u64,
-                payload,
-            })?;
+                len: r.len,
+            });
+            off += HEADER + r.len;
         }
-        last = last.max(r.seq);
-        expect = Some(r.seq + 1);
-        off += HEADER + r.len;
+        Ok(Scan {
+            name: dev.name().to_string(),
+            buf,
+            records,
+            end: off,
+        })
     }
-    let replayed = last > after_seq;
-    if off < buf.len() {
-        // A valid later record written after the next expected one had been synced proves
-        // that acknowledged data is damaged; anything else is the tail of a crash.
+
+    fn last(&self) -> Option<u64> {
+        self.records.last().map(|r| r.seq)
+    }
+
+    /// Past the valid records: corruption if a later valid record was appended after the next
+    /// expected one had been synced (its durable watermark covers it), since acknowledged data
+    /// is then missing; otherwise the tail of a crash (a torn write, or unsynced records that
+    /// never reached the disk, possibly out of order).
+    fn judge_tail(&self) -> Result<()> {
+        if self.end >= self.buf.len() {
+            return Ok(());
+        }
+        let last = self.last().unwrap_or(0);
         let next = last + 1;
-        let most = last + (buf.len() / HEADER) as u64;
-        let proof = (off + 1..buf.len())
-            .filter_map(|p| parse(&buf, p, |s| s > last && s <= most))
+        let most = last + (self.buf.len() / HEADER) as u64;
+        let proof = (self.end + 1..self.buf.len())
+            .filter_map(|p| parse(&self.buf, p, |s| s > last && s <= most))
             .any(|r| r.durable >= next);
         if proof {
             return Err(Error::corruption(
-                &name,
-                off as u64,
+                &self.name,
+                self.end as u64,
                 format!("log record {next} is damaged but a later record shows it was synced"),
             ));
         }
-        dev.set_len(off as u64)?;
+        Ok(())
     }
-    if replayed || off < buf.len() {
-        // What replay made visible must not vanish in a later power cut.
-        dev.sync()?;
+
+    /// The first record must not leave a gap after the checkpoint.
+    fn check_start(&self, after_seq: u64) -> Result<()> {
+        match self.records.first() {
+            Some(first) if first.seq > after_seq + 1 => Err(self.gap_error(after_seq, first)),
+            _ => Ok(()),
+        }
     }
-    Ok((off as u64, last))
+
+    fn gap_error(&self, reach: u64, first: &Located) -> Error {
+        Error::corruption(
+            &self.name,
+            first.off as u64,
+            format!(
+                "log starts at sequence {} but the checkpoint and the older log reach only {reach}",
+                first.seq
+            ),
+        )
+    }
+
+    /// Hand every record after `after_seq` to `apply`, in order.
+    fn replay(
+        &self,
+        after_seq: u64,
+        apply: &mut impl FnMut(Record<'_>) -> Result<()>,
+    ) -> Result<()> {
+        for r in self.records.iter().filter(|r| r.seq > after_seq) {
+            apply(Record {
+                kind: r.kind,
+                file: &self.name,
+                seq: r.seq,
+                offset: r.off as u64,
+                payload: &self.buf[r.off + HEADER..r.off + HEADER + r.len],
+            })?;
+        }
+        Ok(())
+    }
 }
 
 /// The valid record at `off` whose sequence number `accept`s, if any. The sequence number is
@@ -456,11 +569,11 @@ mod tests {
     /// still needed.
     fn replay_pair(a: &Arc<SimDevice>, b: &Arc<SimDevice>, after: u64) -> Result<(Replayed, bool)> {
         let mut seen = Vec::new();
-        let (_, _, needed) = Wal::open([a.clone(), b.clone()], after, |r| {
+        let (_, _, reopened) = Wal::open([a.clone(), b.clone()], after, |r| {
             seen.push((r.seq, r.payload.to_vec()));
             Ok(())
         })?;
-        Ok((seen, needed))
+        Ok((seen, reopened == Reopened::CheckpointFirst))
     }
 
     fn replay(dev: &Arc<SimDevice>, after: u64) -> Result<Replayed> {

@@ -22,7 +22,8 @@
 //! Crash semantics that are asserted:
 //! - a clean reopen (close + open) and a process crash (drop without close; the files keep
 //!   everything written) lose nothing that was acknowledged;
-//! - after a power loss on a simulated disk (drop without close, then `SimEnv::crash`), with
+//! - after a power loss on a simulated disk (drop without close, then `Place::power_loss`: every
+//!   unsynced write lost, or a random subset of pages kept, `SimEnv::power_cut`), with
 //!   `Durability::Sync` every acknowledged batch is present; with `Durability::None` the contents
 //!   equal the oracle after some prefix of the acknowledged batches, at least up to the last
 //!   durable point (checkpoint, close, `Db::sync`, a write made with `Durability::Sync`), and
@@ -1058,7 +1059,7 @@ fn fault_case(opts: &Options, warmup: &[Op], ops: &[Op], fault: Fault, seen: &Se
         break;
     }
     drop(run.db.take());
-    env.crash();
+    place.power_loss();
     let mut allowed = run.candidates();
     if let Some(ws) = &failed {
         let mut with = run.cur.clone();

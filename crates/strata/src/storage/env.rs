@@ -73,8 +73,7 @@ impl Env for FileEnv {
                 if !create {
                     return Err(absent("the directory does not exist"));
                 }
-                fs::create_dir_all(&self.dir)
-                    .map_err(|e| Error::io(format!("create directory {shown}"), e))?;
+                create_dir_durably(&self.dir)?;
             }
             Err(e) => return Err(Error::io(format!("open directory {shown}"), e)),
         }
@@ -83,13 +82,17 @@ impl Env for FileEnv {
         let path = self.dir.join(name);
         let file = match OpenOptions::new().read(true).open(&path) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .map_err(|e| Error::io(format!("create {}", path.display()), e))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)
+                    .map_err(|e| Error::io(format!("create {}", path.display()), e))?;
+                sync_dir(&self.dir)?;
+                file
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(absent(&format!("it has no {name}")))
             }
@@ -115,13 +118,45 @@ impl Env for FileEnv {
         let direct = self.direct && kind == FileKind::Data;
         let dev = FileDevice::open(&path, create, direct)?;
         if !existed {
-            // A new file's name is durable only once its directory is synced.
-            File::open(&self.dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| Error::io(format!("fsync directory {}", self.location()), e))?;
+            sync_dir(&self.dir)?;
         }
         Ok(Some(Arc::new(dev)))
     }
+}
+
+/// A new file's (or directory's) name is durable only once the directory holding it is synced.
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format!("fsync directory {}", dir.display()), e))
+}
+
+/// Create `dir` and any missing parents, syncing each parent once its new entry is in it, so
+/// that a power cut cannot lose the directory while keeping files written inside it.
+fn create_dir_durably(dir: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    while !at.as_os_str().is_empty() && !at.exists() {
+        missing.push(at);
+        match at.parent() {
+            Some(p) => at = p,
+            None => break,
+        }
+    }
+    for d in missing.into_iter().rev() {
+        match fs::create_dir(d) {
+            Ok(()) => {}
+            // Another process made it meanwhile: it is there either way.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io(format!("create directory {}", d.display()), e)),
+        }
+        let parent = match d.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        sync_dir(parent)?;
+    }
+    Ok(())
 }
 
 /// Releases a `SimEnv`'s lock when the `Db` holding it is dropped.
@@ -161,9 +196,15 @@ impl SimEnv {
         &self.files
     }
 
-    /// Power loss across every device of this environment.
+    /// Power loss across every device of this environment: every unsynced write is lost.
     pub fn crash(&self) {
         self.files.crash();
+    }
+
+    /// Power loss that keeps a random part of the unsynced writes, per page (`SimDevice::power_cut`);
+    /// the same seed keeps the same part.
+    pub fn power_cut(&self, seed: u64) {
+        self.files.power_cut(seed);
     }
 }
 

@@ -16,4 +16,4 @@ pub use device::{AlignedBuf, Device, FileDevice, Metered};
 pub use env::{Env, EnvLock, FileEnv, FileKind, SimEnv};
 pub use iostats::{IoSnapshot, IoStats};
 pub use pager::{BlockWrite, Checkpoint, Chunk, Commit, NodeId, Pager, Sealed};
-pub use sim::{SimDevice, SimDisk};
+pub use sim::{IoKind, SimDevice, SimDisk};

@@ -1,14 +1,29 @@
 //! SimDevice: a device in memory with a virtual clock and injected faults, for deterministic tests
 //! and for experiments whose IO counts must be exact.
 //!
-//! Each device keeps two images: `current`, what reads see, and `durable`, what survives a crash.
-//! Writes and length changes since the last `sync` are kept as a list and applied to `durable`
-//! when `sync` is called; `crash` throws them away. The devices of one `SimEnv` share a fault plan
-//! and crash together, as the files of one database on one disk would.
+//! Each device keeps two images: `current`, what reads see (the page cache), and `durable`, what
+//! survives a power cut. Writes and length changes since the last `sync` are kept as a list and
+//! applied to `durable` when `sync` is called. The devices of one `SimEnv` share a fault plan and
+//! lose power together, as the files of one database on one disk would.
+//!
+//! Crashes:
+//! - a process crash leaves `current` as it is: the next open reads what the page cache holds,
+//!   synced or not. `kill_at_io(n)` stops the process at IO number n: that IO and every later one
+//!   fails without effect, as if the process had died there (the test then drops the `Db`);
+//! - a power cut keeps the durable image plus some of the unsynced changes. `crash` keeps none;
+//!   `power_cut(seed)` keeps what a kernel's writeback and a drive's cache could have left: each
+//!   4 KiB page independently holds the state after some prefix of the writes made to it since
+//!   the last sync (any subset of pages, each at any point of its own history, sometimes with
+//!   the next write torn at a 512-byte sector), and the file's length is its length after some
+//!   prefix of the unsynced operations, so a truncation or an extension may or may not have
+//!   landed whatever happened to the data (a truncation that did not land keeps the writes
+//!   made after it into the space it freed from landing: that space was never the file's).
 //!
 //! Faults: fail the Nth IO (once, or that one and every later one), and tear the Nth write: only a
 //! prefix of its 512-byte sectors reaches the durable image, the write reports an error and the
-//! disk is dead (every IO fails) until `crash()`, as after a power cut in mid-write.
+//! disk is dead (every IO fails) until `crash()`, as after a power cut in mid-write. Length
+//! changes count as IOs (they are a system call that can fail or be the last thing a dying
+//! process did); reading the length does not.
 //!
 //! Cost model (`SimModel`): each IO costs the affine s + t·x seconds of virtual time, times an
 //! optional seeded noise factor. Calls through the `Device` trait are served one at a time, so
@@ -30,9 +45,22 @@ use crate::error::{Error, Result};
 use crate::model::{Affine, SplitMix64};
 
 pub const SECTOR: usize = 512;
+/// The unit a power cut keeps or loses: a page of the page cache.
+pub const PAGE: usize = 4096;
+
+/// What an IO does, for faults aimed at one kind of IO on one file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoKind {
+    Read,
+    Write,
+    Sync,
+    SetLen,
+}
 
 #[derive(Debug, Default)]
 struct Faults {
+    /// Kill the process at the nth IO of this kind on the named device (counting down).
+    kill_on: Option<(String, IoKind, u64)>,
     /// IOs (reads, writes, syncs) issued so far across the environment.
     ios: u64,
     writes: u64,
@@ -339,9 +367,28 @@ impl SimDisk {
         f.tear = Some((f.writes + n.max(1), sectors));
     }
 
+    /// A process crash at IO number `n` (from now): that IO and every later one fails and
+    /// changes nothing, until `clear_faults` (or a power cut) lets the next process in.
+    pub fn kill_at_io(&self, n: u64) {
+        self.fail_io_after(n, true);
+    }
+
+    /// A process crash at the `nth` IO of `kind` on device `name` (from now; 1 is the next), as
+    /// `kill_at_io` does for an IO index: aimed at a step of the protocol, such as "the second
+    /// sync of the data file", whatever other threads do meanwhile.
+    pub fn kill_at(&self, name: &str, kind: IoKind, nth: u64) {
+        self.faults().kill_on = Some((name.to_string(), kind, nth.max(1)));
+    }
+
+    /// IOs issued on this disk so far (reads, writes, syncs, length changes).
+    pub fn ios(&self) -> u64 {
+        self.faults().ios
+    }
+
     pub fn clear_faults(&self) {
         let mut f = self.faults();
         f.fail_at = None;
+        f.kill_on = None;
         f.tear = None;
         f.dead = false;
     }
@@ -387,7 +434,8 @@ impl SimDisk {
     }
 
     /// Decide the fate of the next IO: Ok(None) proceed, Ok(Some(k)) tear after k sectors, Err fail.
-    fn admit(&self, is_write: bool, what: &str) -> Result<Option<usize>> {
+    fn admit(&self, dev: &str, kind: IoKind, what: &str) -> Result<Option<usize>> {
+        let is_write = kind == IoKind::Write;
         let mut f = self.faults();
         if f.dead {
             return Err(injected(
@@ -396,6 +444,16 @@ impl SimDisk {
             ));
         }
         f.ios += 1;
+        if let Some((name, k, left)) = &mut f.kill_on {
+            if name == dev && *k == kind {
+                *left -= 1;
+                if *left == 0 {
+                    f.kill_on = None;
+                    f.fail_at = Some(f.ios);
+                    f.fail_sticky = true;
+                }
+            }
+        }
         if let Some(at) = f.fail_at {
             if f.ios == at || (f.fail_sticky && f.ios > at) {
                 return Err(injected(what, "injected IO error"));
@@ -467,6 +525,102 @@ impl SimDevice {
         im.current = im.durable.clone();
     }
 
+    /// A power cut that keeps a random part of what was written since the last sync (see the
+    /// module comment); `crash` is the case that keeps nothing.
+    ///
+    /// The length is the length after a random prefix of the unsynced operations (the
+    /// metadata that landed). Each page keeps a random prefix of the writes made to it, except
+    /// writes made after a truncation that did not land and that cut below the page: those
+    /// went to space the truncation freed, which cannot be durable while the truncation is not.
+    /// A truncation that landed discards what lay past it, so bytes it cut away that no kept
+    /// write rewrote read as zeros if the length reaches them again.
+    pub fn power_cut(&self, rng: &mut SplitMix64) {
+        let mut guard = self.images();
+        let im = &mut *guard;
+        let pending = std::mem::take(&mut im.pending);
+        let mut image = std::mem::take(&mut im.durable);
+        let cut = rng.below(pending.len() as u64 + 1) as usize;
+        let mut len = image.len() as u64;
+        for p in &pending[..cut] {
+            len = match p {
+                Pending::Write(off, data) => len.max(off + data.len() as u64),
+                Pending::SetLen(l) => *l,
+            };
+        }
+        // Each page's writes that may land, in order, and whether a truncation that did not
+        // land has closed it to later writes.
+        let page = PAGE as u64;
+        let mut pages: BTreeMap<u64, (Vec<usize>, bool)> = BTreeMap::new();
+        let mut running = image.len() as u64;
+        for (i, p) in pending.iter().enumerate() {
+            match p {
+                Pending::Write(off, data) => {
+                    let end = off + data.len() as u64;
+                    running = running.max(end);
+                    for pg in off / page..end.div_ceil(page) {
+                        let (writes, closed) = pages.entry(pg).or_default();
+                        if !*closed {
+                            writes.push(i);
+                        }
+                    }
+                }
+                Pending::SetLen(l) => {
+                    let before = std::mem::replace(&mut running, *l);
+                    if *l < before && i >= cut {
+                        for pg in l / page..before.div_ceil(page) {
+                            pages.entry(pg).or_default().1 = true;
+                        }
+                    }
+                }
+            }
+        }
+        // Which writes land on each page: a prefix, sometimes with the next one torn at a
+        // sector.
+        let mut lands: BTreeMap<(usize, u64), Option<u64>> = BTreeMap::new();
+        for (pg, (writes, _)) in &pages {
+            let keep = rng.below(writes.len() as u64 + 1) as usize;
+            for &i in &writes[..keep] {
+                lands.insert((i, *pg), None);
+            }
+            if keep < writes.len() && rng.below(4) == 0 {
+                let sectors = rng.below((PAGE / SECTOR) as u64);
+                lands.insert((writes[keep], *pg), Some(sectors));
+            }
+        }
+        for (i, p) in pending.iter().enumerate() {
+            match p {
+                Pending::SetLen(l) if i < cut => {
+                    let from = (*l as usize).min(image.len());
+                    image[from..].fill(0);
+                }
+                Pending::SetLen(_) => {}
+                Pending::Write(off, data) => {
+                    let end = off + data.len() as u64;
+                    for pg in off / page..end.div_ceil(page) {
+                        let Some(torn) = lands.get(&(i, pg)) else {
+                            continue;
+                        };
+                        let from = (pg * page).max(*off);
+                        let mut to = ((pg + 1) * page).min(end);
+                        if let Some(sectors) = torn {
+                            to = to.min(pg * page + sectors * SECTOR as u64);
+                        }
+                        if from < to {
+                            put(
+                                &mut image,
+                                from,
+                                &data[(from - off) as usize..(to - off) as usize],
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        image.resize(len as usize, 0);
+        im.current = image.clone();
+        im.durable = image;
+    }
+
     /// Flip bits of one byte in both images, as media corruption would.
     pub fn corrupt_byte(&self, offset: u64, xor: u8) {
         let mut guard = self.images();
@@ -495,7 +649,7 @@ impl SimDevice {
         let mut sizes = Vec::with_capacity(reqs.len());
         for (offset, buf) in reqs.iter() {
             let what = format!("read {} bytes at {offset} of {}", buf.len(), self.name);
-            self.disk.admit(false, &what)?;
+            self.disk.admit(&self.name, IoKind::Read, &what)?;
             sizes.push(buf.len() as u64);
         }
         self.disk.tick_batch(&sizes);
@@ -521,7 +675,7 @@ impl Device for SimDevice {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         let what = format!("read {} bytes at {offset} of {}", buf.len(), self.name);
-        self.disk.admit(false, &what)?;
+        self.disk.admit(&self.name, IoKind::Read, &what)?;
         self.disk.tick(Some(buf.len() as u64));
         let im = self.images();
         let end = offset as usize + buf.len();
@@ -537,7 +691,7 @@ impl Device for SimDevice {
 
     fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
         let what = format!("write {} bytes at {offset} of {}", data.len(), self.name);
-        let tear = self.disk.admit(true, &what)?;
+        let tear = self.disk.admit(&self.name, IoKind::Write, &what)?;
         self.disk.tick(Some(data.len() as u64));
         let mut im = self.images();
         if let Some(sectors) = tear {
@@ -554,7 +708,8 @@ impl Device for SimDevice {
     }
 
     fn sync(&self) -> Result<()> {
-        self.disk.admit(false, &format!("sync {}", self.name))?;
+        let what = format!("sync {}", self.name);
+        self.disk.admit(&self.name, IoKind::Sync, &what)?;
         self.disk.tick(None);
         let wall = self.disk.sync_latency();
         if !wall.is_zero() {
@@ -576,6 +731,8 @@ impl Device for SimDevice {
     }
 
     fn set_len(&self, len: u64) -> Result<()> {
+        let what = format!("set the length of {} to {len}", self.name);
+        self.disk.admit(&self.name, IoKind::SetLen, &what)?;
         let mut im = self.images();
         im.current.resize(len as usize, 0);
         im.pending.push(Pending::SetLen(len));
@@ -625,6 +782,21 @@ impl SimFiles {
             .collect()
     }
 
+    /// Power loss that keeps a random part of each device's unsynced writes (see
+    /// `SimDevice::power_cut`), the same for the same seed; the disk works again.
+    pub fn power_cut(&self, seed: u64) {
+        let mut rng = SplitMix64::new(seed);
+        for dev in self
+            .devices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            dev.power_cut(&mut rng);
+        }
+        self.disk.clear_faults();
+    }
+
     /// Power loss: every device loses its unsynced writes, and the disk works again.
     pub fn crash(&self) {
         for dev in self
@@ -661,6 +833,93 @@ mod tests {
         let mut b = [0u8; 7];
         d.read_at(&mut b, 0).unwrap();
         assert_eq!(&b, b"durable");
+    }
+
+    #[test]
+    fn a_power_cut_keeps_synced_data_and_some_history_of_each_page() {
+        use std::collections::BTreeSet;
+        let mut outcomes = BTreeSet::new();
+        let mut lengths = BTreeSet::new();
+        for seed in 0..400 {
+            let (_, d) = dev();
+            d.write_at(&[1u8; 3 * PAGE], 0).unwrap();
+            d.sync().unwrap();
+            d.write_at(&[2u8; PAGE], 0).unwrap();
+            d.write_at(&[3u8; PAGE], 0).unwrap();
+            d.write_at(&[4u8; 2 * PAGE], 3 * PAGE as u64).unwrap();
+            d.set_len(4 * PAGE as u64).unwrap();
+            d.power_cut(&mut SplitMix64::new(seed));
+            let img = d.contents();
+            assert_eq!(img, d.durable_contents(), "what survived is what reads see");
+            lengths.insert(img.len());
+            assert!([3, 4, 5].contains(&(img.len() / PAGE)), "len {}", img.len());
+            // Synced pages 1 and 2 are never lost.
+            assert!(img[PAGE..3 * PAGE].iter().all(|&b| b == 1), "seed {seed}");
+            // Page 0 is at some point of its history, possibly torn at a sector.
+            let sectors: Vec<u8> = img[..PAGE].chunks(SECTOR).map(|c| c[0]).collect();
+            for (s, c) in img[..PAGE].chunks(SECTOR).enumerate() {
+                assert!(c.iter().all(|&b| b == sectors[s]), "sector {s} torn inside");
+            }
+            assert!(sectors.windows(2).all(|w| w[0] >= w[1]), "{sectors:?}");
+            outcomes.insert((sectors[0], sectors[7]));
+        }
+        // Every state of page 0 happens, whole or torn, and so does every length.
+        for want in [(1, 1), (2, 2), (3, 3), (2, 1), (3, 2)] {
+            assert!(
+                outcomes.contains(&want),
+                "{want:?} never seen: {outcomes:?}"
+            );
+        }
+        assert_eq!(lengths.len(), 3, "{lengths:?}");
+        // A truncation and a write after it: old contents, empty, or the new contents, never
+        // the new write over the old contents (it went to space the truncation freed).
+        let mut seen = BTreeSet::new();
+        for seed in 0..200 {
+            let (_, d) = dev();
+            d.write_at(&[1u8; 2 * PAGE], 0).unwrap();
+            d.sync().unwrap();
+            d.set_len(0).unwrap();
+            d.write_at(&[9u8; 32], 0).unwrap();
+            d.power_cut(&mut SplitMix64::new(seed));
+            let img = d.contents();
+            let state = match (img.len(), img.first()) {
+                (0, _) => "empty",
+                (n, Some(1)) if n == 2 * PAGE && img.iter().all(|&b| b == 1) => "old",
+                (32, Some(9)) if img.iter().all(|&b| b == 9) => "new",
+                (32, Some(0)) if img.iter().all(|&b| b == 0) => "new length, data not yet",
+                _ => panic!(
+                    "seed {seed}: impossible state {:?}",
+                    &img[..img.len().min(40)]
+                ),
+            };
+            seen.insert(state);
+        }
+        assert_eq!(seen.len(), 4, "{seen:?}");
+        // The same seed cuts the same way.
+        let image = |seed| {
+            let (_, d) = dev();
+            for i in 0..20u8 {
+                d.write_at(&[i; 100], i as u64 * 3000).unwrap();
+            }
+            d.power_cut(&mut SplitMix64::new(seed));
+            d.contents()
+        };
+        assert_eq!(image(9), image(9));
+    }
+
+    #[test]
+    fn a_killed_process_changes_nothing_after_its_last_io() {
+        let (disk, d) = dev();
+        d.write_at(b"before", 0).unwrap();
+        disk.kill_at_io(1);
+        assert!(d.set_len(0).is_err());
+        assert!(d.write_at(b"after", 0).is_err());
+        assert!(d.sync().is_err());
+        disk.clear_faults();
+        let mut b = [0u8; 6];
+        d.read_at(&mut b, 0).unwrap();
+        assert_eq!(&b, b"before", "the page cache keeps what the process wrote");
+        assert_eq!(disk.ios(), 5, "every call was an IO, the failed ones too");
     }
 
     #[test]

@@ -118,12 +118,21 @@ impl Place {
         }
     }
 
-    /// Power loss: on a simulated disk, drop every unsynced write and return true. Real files
-    /// have no power-loss simulation (a dropped `Db` is a process crash), so this returns false.
+    /// Power loss: on a simulated disk, keep a random part of the unsynced writes (any subset
+    /// of pages, `SimEnv::power_cut`) and return true; every other one drops them all, the
+    /// classic case. The seeds follow from a count kept per thread, so a test run repeats. Real
+    /// files have no power-loss simulation (a dropped `Db` is a process crash), so this returns
+    /// false.
     pub fn power_loss(&self) -> bool {
+        thread_local!(static CUTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) });
         match self {
             Place::Sim(env) => {
-                env.crash();
+                let n = CUTS.with(|c| c.replace(c.get() + 1));
+                if n.is_multiple_of(2) {
+                    env.crash();
+                } else {
+                    env.power_cut(n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                }
                 true
             }
             Place::Dir(_) => false,
