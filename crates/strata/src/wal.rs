@@ -711,6 +711,41 @@ mod tests {
     }
 
     #[test]
+    fn a_log_ending_below_the_checkpoint_is_restarted_and_a_gap_names_its_file() {
+        // Records 1..3 in one file; a checkpoint covers 5 (records 4 and 5 were unsynced and
+        // lost, the checkpoint is durable): appending 6 after 3 would break the sequence.
+        let dev = log_of(3, true);
+        let (w, last, reopened) = Wal::open([dev.clone(), sim("b")], 5, |_| Ok(())).unwrap();
+        assert_eq!((last, reopened), (5, Reopened::Restart));
+        w.reset(5).unwrap();
+        w.append(Kind::Batch, 6, b"six").unwrap();
+        drop(w);
+        assert_eq!(
+            replay(&dev, 5).unwrap().len(),
+            1,
+            "record 6 follows the marker"
+        );
+        // An older file cut short before the newer one's marker: the damage is in the older
+        // file, where its valid records end, and neither file is changed.
+        let (a, b) = (sim("a"), sim("b"));
+        let (w, _, _) = Wal::open([a.clone(), b.clone()], 0, |_| Ok(())).unwrap();
+        for s in 1..=3 {
+            w.append(Kind::Batch, s, b"rec").unwrap();
+        }
+        w.rotate(3).unwrap();
+        drop(w);
+        a.corrupt_byte(2 * (HEADER as u64 + 3) + 1, 1);
+        let before = (a.contents(), b.contents());
+        match Wal::open([a.clone(), b.clone()], 0, |_| Ok(())) {
+            Err(Error::Corruption { file, offset, .. }) => {
+                assert_eq!((file.as_str(), offset), ("a", 2 * (HEADER as u64 + 3)));
+            }
+            other => panic!("{:?}", other.err()),
+        }
+        assert!(before == (a.contents(), b.contents()), "nothing changed");
+    }
+
+    #[test]
     fn a_requested_sync_runs_on_the_sync_thread_without_a_waiter() {
         let (dev, w) = new_log();
         w.append(Kind::Batch, 1, b"a").unwrap();

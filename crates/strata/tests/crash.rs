@@ -280,6 +280,8 @@ struct Tally {
     beyond_durable: u64,
     /// Points where the kill fell inside the first open (creation).
     killed_in_create: u64,
+    /// Crashes during recovery that hit before the open finished.
+    recovery_killed: u64,
 }
 
 /// Reopen after the crash and hold the database to the model; returns the batch count it
@@ -377,9 +379,12 @@ fn crash_point(
         }
         Sequence::CrashDuringRecovery => {
             disk.clear_faults();
-            disk.kill_at_io(r.range(1, 40));
-            if let Ok(db) = Db::open_in(&env, cfg.opts.clone()) {
-                drop(db);
+            // Recovery's IOs: syncs, the superblock and table, the log, the nodes replay
+            // touches, and a checkpoint when the older log file was needed.
+            disk.kill_at_io(r.range(1, 120));
+            match Db::open_in(&env, cfg.opts.clone()) {
+                Ok(db) => drop(db),
+                Err(_) => tally.recovery_killed += 1,
             }
             if r.chance(1, 2) {
                 disk.clear_faults();
@@ -462,6 +467,7 @@ fn report(cfg: &Config, tally: &Tally, min_points: u64) {
         tally.by_sequence.iter().all(|&n| n > 0),
         "every sequence ran"
     );
+    assert!(tally.recovery_killed > 0, "some recoveries were cut short");
     assert!(
         tally.beyond_durable > 0,
         "some unsynced batches survived a crash: the crash model keeps page-cache state"
