@@ -347,6 +347,7 @@ fn crash_point(
         Err(_) => tally.killed_in_create += 1,
     }
     let mut r = Rng::new(seq_seed);
+    r.next_u64(); // the draw that chose `seq`
     let mut min = model.durable;
     match seq {
         Sequence::ProcessCrash => {
@@ -381,7 +382,11 @@ fn crash_point(
             disk.clear_faults();
             // Recovery's IOs: syncs, the superblock and table, the log, the nodes replay
             // touches, and a checkpoint when the older log file was needed.
-            disk.kill_at_io(r.range(1, 120));
+            disk.kill_at_io(if r.chance(3, 4) {
+                r.range(1, 16)
+            } else {
+                r.range(1, 120)
+            });
             match Db::open_in(&env, cfg.opts.clone()) {
                 Ok(db) => drop(db),
                 Err(_) => tally.recovery_killed += 1,
