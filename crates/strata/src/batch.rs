@@ -186,7 +186,12 @@ impl WriteBatch {
         };
         let u32_of = |b: &[u8]| u32::from_le_bytes(b.try_into().unwrap()) as usize;
         let n = u32_of(take(4)?);
-        let mut b = WriteBatch::new();
+        // An operation takes at least 5 bytes (a delete of the empty key): reserve no more
+        // than the record can hold, whatever its count says.
+        let mut b = WriteBatch {
+            ops: Vec::with_capacity(n.min(p.len() / 5)),
+            encoded: 0,
+        };
         for _ in 0..n {
             let tag = take(1)?[0];
             let fields = match tag {
