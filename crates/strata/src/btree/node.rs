@@ -318,7 +318,12 @@ impl Node {
                 node.children.push(r.u64()?);
                 for _ in 1..n {
                     let klen = r.u16()? as usize;
-                    node.keys.push(r.bytes(klen)?.to_vec());
+                    let key = r.bytes(klen)?;
+                    // Out of order, a search would route keys to the wrong child.
+                    if node.keys.last().is_some_and(|p| p >= key) {
+                        return Err("separators out of order".into());
+                    }
+                    node.keys.push(key.to_vec());
                     node.children.push(r.u64()?);
                 }
                 r.finish()?;
