@@ -308,7 +308,12 @@ impl Pager {
         let first = ext.len.min(PAGE) as usize;
         let mut buf = vec![0u8; first];
         self.dev.read_at(&mut buf, ext.offset)?;
-        let want = block::BLOCK_HEADER + block::declared_len(&buf);
+        // An extent too short for a header (a damaged table) is left to `open` to report.
+        let want = if buf.len() >= block::BLOCK_HEADER {
+            block::BLOCK_HEADER + block::declared_len(&buf)
+        } else {
+            0
+        };
         if want > first && want as u64 <= ext.len {
             buf.resize(want, 0);
             self.dev
@@ -585,12 +590,15 @@ fn read_table(dev: &dyn Device, ext: Extent, file_len: u64) -> Result<HashMap<No
     if k != kind::TABLE || payload.len() < 8 {
         return Err(bad("translation table block has the wrong kind or size"));
     }
-    let n = u64::from_le_bytes(payload[..8].try_into().unwrap()) as usize;
-    if payload.len() != 8 + n.saturating_mul(24) {
+    let n = u64::from_le_bytes(payload[..8].try_into().unwrap());
+    // Compared by division: the count is untrusted, and 8 + 24·n can overflow.
+    let entries = payload.len() - 8;
+    if entries % 24 != 0 || (entries / 24) as u64 != n {
         return Err(bad(
             "translation table length does not match its entry count",
         ));
     }
+    let n = n as usize;
     let mut table = HashMap::with_capacity(n);
     for e in payload[8..].chunks_exact(24) {
         let id = u64::from_le_bytes(e[..8].try_into().unwrap());
