@@ -39,6 +39,8 @@ const SB_FIXED: usize = 64;
 pub const MAX_ENGINE_META: usize = SUPERBLOCK_SIZE as usize - SB_FIXED;
 /// The owner id stamped on translation-table blocks.
 const TABLE_OWNER: u64 = u64::MAX;
+/// The largest sequence number or node id a superblock may hold.
+const MAX_COUNTER: u64 = u64::MAX / 2;
 
 /// What a committed checkpoint recorded besides the table.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -556,13 +558,23 @@ fn decode_superblock(b: &[u8], file: &str, off: u64) -> Result<Superblock> {
             supported: FORMAT_VERSION,
         });
     }
+    let (seq, wal_seq, next_id) = (u64_at(24), u64_at(32), u64_at(40));
+    // No database counts this far (2^63 checkpoints, batches or nodes), and the pager and the
+    // log's replay count on the next number fitting.
+    if [seq, wal_seq, next_id].into_iter().any(|c| c > MAX_COUNTER) {
+        return Err(Error::corruption(
+            file,
+            off,
+            "superblock counters out of range",
+        ));
+    }
     Ok(Superblock {
         checkpoint: Checkpoint {
-            seq: u64_at(24),
-            wal_seq: u64_at(32),
+            seq,
+            wal_seq,
             engine_meta: b[SB_FIXED..16 + body_len].to_vec(),
         },
-        next_id: u64_at(40),
+        next_id,
         table_offset: u64_at(48),
         table_len: u64_at(56),
     })
