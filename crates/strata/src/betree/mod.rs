@@ -377,13 +377,18 @@ impl BeTree {
             _ if m.len() < META_LEN => return Err(bad("metadata too short")),
             _ => u64_at(83),
         };
+        let height = u32_at(22) as u32;
+        // A height no tree reaches (see `btree::MAX_HEIGHT`) would only mislead later descents.
+        if !(1..=crate::btree::MAX_HEIGHT).contains(&height) {
+            return Err(bad("height out of range"));
+        }
         Ok(BeTree {
             store: NodeStore::new(pager, cache_bytes),
             merge,
             geo,
             origin: Origin::from_byte(m[82]),
             root: u64_at(14),
-            height: u32_at(22) as u32,
+            height,
             next_seq: u64_at(26),
             live_keys: u64_at(34),
             live_bytes: u64_at(42),
