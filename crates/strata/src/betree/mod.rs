@@ -17,10 +17,10 @@
 //! - values longer than `inline_max` live in blob blocks, freed when a newer message or a leaf
 //!   update makes them unreachable.
 
-mod basement;
-mod filter;
-mod msg;
-mod node;
+pub(crate) mod basement;
+pub(crate) mod filter;
+pub(crate) mod msg;
+pub(crate) mod node;
 
 use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;

@@ -280,7 +280,7 @@ impl Node {
         Ok(())
     }
 
-    fn encode_head(&self, out: &mut Vec<u8>) -> u8 {
+    pub(crate) fn encode_head(&self, out: &mut Vec<u8>) -> u8 {
         match self {
             Node::Internal(n) => {
                 out.extend_from_slice(&(n.children.len() as u32).to_le_bytes());
@@ -319,7 +319,7 @@ impl Node {
         }
     }
 
-    fn decode_head(k: u8, p: &[u8]) -> std::result::Result<Node, String> {
+    pub(crate) fn decode_head(k: u8, p: &[u8]) -> std::result::Result<Node, String> {
         let mut r = Reader::new(p);
         let n = r.u32()? as usize;
         let node = match k {

@@ -268,7 +268,7 @@ impl StoredNode for Node {
 }
 
 impl Node {
-    fn encode(&self, out: &mut Vec<u8>) -> u8 {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) -> u8 {
         match self {
             Node::Leaf(l) => {
                 out.reserve(l.bytes);

@@ -509,7 +509,7 @@ impl Pager {
     }
 }
 
-struct Superblock {
+pub(crate) struct Superblock {
     checkpoint: Checkpoint,
     next_id: u64,
     table_offset: u64,
@@ -533,7 +533,7 @@ fn encode_superblock(c: &Checkpoint, next_id: u64, table: Extent) -> Vec<u8> {
     b
 }
 
-fn decode_superblock(b: &[u8], file: &str, off: u64) -> Result<Superblock> {
+pub(crate) fn decode_superblock(b: &[u8], file: &str, off: u64) -> Result<Superblock> {
     let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
     if b.len() < SB_FIXED || b[..8] != MAGIC {
@@ -580,7 +580,11 @@ fn decode_superblock(b: &[u8], file: &str, off: u64) -> Result<Superblock> {
     })
 }
 
-fn read_table(dev: &dyn Device, ext: Extent, file_len: u64) -> Result<HashMap<NodeId, Extent>> {
+pub(crate) fn read_table(
+    dev: &dyn Device,
+    ext: Extent,
+    file_len: u64,
+) -> Result<HashMap<NodeId, Extent>> {
     let name = dev.name();
     if ext.offset < DATA_START
         || !ext.offset.is_multiple_of(PAGE)
