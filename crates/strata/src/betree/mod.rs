@@ -378,7 +378,8 @@ impl BeTree {
             _ => u64_at(83),
         };
         let height = u32_at(22) as u32;
-        // A height no tree reaches (see `btree::MAX_HEIGHT`) would only mislead later descents.
+        // No tree is taller (see `btree::MAX_HEIGHT`), and height 0 underflows when the root
+        // collapses.
         if !(1..=crate::btree::MAX_HEIGHT).contains(&height) {
             return Err(bad("height out of range"));
         }

@@ -134,7 +134,8 @@ impl BTree {
         let node_size = u32::from_le_bytes(m[2..6].try_into().unwrap()) as usize;
         Self::check_node_size(node_size).map_err(|_| bad("node size out of range"))?;
         let height = u32::from_le_bytes(m[54..58].try_into().unwrap());
-        // A descent reserves a path of `height` nodes.
+        // A write's descent reserves a path of `height` nodes, and height 0 underflows when
+        // the root collapses.
         if !(1..=MAX_HEIGHT).contains(&height) {
             return Err(bad("height out of range"));
         }
