@@ -3,6 +3,9 @@
 //! Record payload: count u32, then per operation a tag u8 and its fields, each byte string
 //! preceded by its length as u32:
 //! 1 put (key, value), 2 delete (key), 3 upsert (key, operand), 4 range delete (start, end).
+//!
+//! A decoded record is held to the limits `validate` puts on a batch before it is logged, since
+//! replay applies it to the engine without another check.
 
 use crate::error::{Error, Result};
 use crate::options::{MAX_BATCH_BYTES, MAX_KEY_LEN, MAX_VALUE_LEN};
@@ -92,7 +95,8 @@ impl WriteBatch {
         self
     }
 
-    /// Delete every key k with `start <= k < end` (nothing when `start >= end`).
+    /// Delete every key k with `start <= k < end` (nothing when `start >= end`); both bounds are
+    /// keys, at most `MAX_KEY_LEN` bytes.
     pub fn delete_range(&mut self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> &mut Self {
         let (start, end) = (start.as_ref().to_vec(), end.as_ref().to_vec());
         self.encoded += 9 + start.len() + end.len();
@@ -133,9 +137,15 @@ impl WriteBatch {
     /// Refuse the whole batch if any part is out of bounds, before anything is written.
     pub(crate) fn validate(&self) -> Result<()> {
         for op in &self.ops {
-            if op.key().len() > MAX_KEY_LEN {
+            // A range's end is stored as a key (its length in a u16), so it has a key's limit.
+            let end = match op {
+                Op::DeleteRange { end, .. } => end.len(),
+                _ => 0,
+            };
+            let longest = op.key().len().max(end);
+            if longest > MAX_KEY_LEN {
                 return Err(Error::KeyTooLarge {
-                    len: op.key().len(),
+                    len: longest,
                     max: MAX_KEY_LEN,
                 });
             }
@@ -186,7 +196,12 @@ impl WriteBatch {
         };
         let u32_of = |b: &[u8]| u32::from_le_bytes(b.try_into().unwrap()) as usize;
         let n = u32_of(take(4)?);
-        let mut b = WriteBatch::new();
+        // An operation takes at least 5 bytes (a delete of the empty key): reserve no more
+        // than the record can hold, whatever its count says.
+        let mut b = WriteBatch {
+            ops: Vec::with_capacity(n.min(p.len() / 5)),
+            encoded: 0,
+        };
         for _ in 0..n {
             let tag = take(1)?[0];
             let fields = match tag {
@@ -210,6 +225,9 @@ impl WriteBatch {
         if at != p.len() {
             return Err("trailing bytes after the last operation".into());
         }
+        // Replay applies what the log holds without `validate`: a record over the limits was
+        // not written by this build, and its keys would not fit the engines' formats.
+        b.validate().map_err(|e| e.to_string())?;
         Ok(b)
     }
 }

@@ -1,4 +1,8 @@
 //! Decoding helpers shared by the on-disk formats.
+//!
+//! Every count and length in a decoder's input is untrusted: a decoder reads through `Reader`,
+//! which fails instead of reading past the end, and sizes what it reserves with `capacity`, so
+//! that no field can make it allocate more than its input accounts for.
 
 /// A bounds-checked little-endian reader; errors say where the bytes ran out.
 pub(crate) struct Reader<'a> {
@@ -33,6 +37,16 @@ impl<'a> Reader<'a> {
     /// Bytes read so far.
     pub fn position(&self) -> usize {
         self.at
+    }
+    /// Bytes not yet read.
+    pub fn remaining(&self) -> usize {
+        self.p.len() - self.at
+    }
+    /// How many of `count` items, each at least `min_len` bytes encoded, the bytes not yet read
+    /// can hold: the capacity to reserve for them, so that a corrupt count cannot make a
+    /// decoder reserve more memory than its input accounts for.
+    pub fn capacity(&self, count: usize, min_len: usize) -> usize {
+        count.min(self.remaining() / min_len.max(1))
     }
     pub fn finish(&self) -> Result<(), String> {
         if self.at == self.p.len() {

@@ -6,6 +6,8 @@ mod betree;
 mod btree;
 mod codec;
 mod db;
+#[cfg(test)]
+mod decode_fuzz;
 mod engine;
 mod error;
 mod merge;

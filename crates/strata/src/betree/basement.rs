@@ -348,10 +348,11 @@ impl Basement {
         let mut r = Reader::new(p);
         let n = r.u32()? as usize;
         let body = &p[4..];
+        let cap = r.capacity(n, FIXED);
         let mut b = Basement {
             data: Arc::default(),
-            offs: Vec::with_capacity(n),
-            heads: Vec::with_capacity(n),
+            offs: Vec::with_capacity(cap),
+            heads: Vec::with_capacity(cap),
         };
         let mut prev: Option<&[u8]> = None;
         for _ in 0..n {

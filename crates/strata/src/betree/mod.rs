@@ -17,10 +17,10 @@
 //! - values longer than `inline_max` live in blob blocks, freed when a newer message or a leaf
 //!   update makes them unreachable.
 
-mod basement;
-mod filter;
-mod msg;
-mod node;
+pub(crate) mod basement;
+pub(crate) mod filter;
+pub(crate) mod msg;
+pub(crate) mod node;
 
 use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
@@ -377,13 +377,19 @@ impl BeTree {
             _ if m.len() < META_LEN => return Err(bad("metadata too short")),
             _ => u64_at(83),
         };
+        let height = u32_at(22) as u32;
+        // No tree is taller (see `btree::MAX_HEIGHT`), and height 0 underflows when the root
+        // collapses.
+        if !(1..=crate::btree::MAX_HEIGHT).contains(&height) {
+            return Err(bad("height out of range"));
+        }
         Ok(BeTree {
             store: NodeStore::new(pager, cache_bytes),
             merge,
             geo,
             origin: Origin::from_byte(m[82]),
             root: u64_at(14),
-            height: u32_at(22) as u32,
+            height,
             next_seq: u64_at(26),
             live_keys: u64_at(34),
             live_bytes: u64_at(42),

@@ -119,6 +119,11 @@ impl Msg {
 /// An empty segment's encoded size: two counts.
 pub const EMPTY_SEGMENT: usize = 8;
 
+/// The fewest bytes a message takes encoded: a delete with an empty key (tag, sequence, key
+/// length), and a range delete with empty keys (an end length too).
+const MIN_POINT: usize = 11;
+const MIN_RANGE: usize = MIN_POINT + 2;
+
 /// Spare vectors for `Segment::insert_run`.
 #[derive(Debug, Default)]
 pub struct Scratch {
@@ -366,7 +371,13 @@ impl Segment {
         let mut r = Reader::new(p);
         let np = r.u32()? as usize;
         let nr = r.u32()? as usize;
-        let mut s = Segment::default();
+        let points = r.capacity(np, MIN_POINT);
+        let mut s = Segment {
+            points: Vec::with_capacity(points),
+            heads: Vec::with_capacity(points),
+            ranges: Vec::with_capacity(r.capacity(nr, MIN_RANGE)),
+            bytes: 0,
+        };
         for i in 0..np + nr {
             let m = Msg::decode(&mut r)?;
             s.bytes += m.encoded_len();

@@ -48,6 +48,14 @@ const MESSAGE_OVERHEAD: usize = 96;
 /// allocator's header on each vector.
 const BASEMENT_OVERHEAD: usize = 160;
 
+/// Encoded bytes of a partition's directory entry in a leaf's or a run's head (offset, length,
+/// xxh3, count), of a child's in an internal node's head (its id too), and the least a run's
+/// entry takes (id, bytes, messages, filter length, empty filter): what the bytes left of a
+/// head must hold for each entry a count promises.
+const PART_LEN: usize = 20;
+const CHILD_LEN: usize = 8 + PART_LEN;
+const RUN_REF_LEN: usize = 20;
+
 /// Where a partition lies in the node's current extent.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Loc {
@@ -96,7 +104,7 @@ pub struct RunRef {
 
 impl RunRef {
     fn head_len(&self) -> usize {
-        20 + self.filter.bytes().len()
+        RUN_REF_LEN + self.filter.bytes().len()
     }
 }
 
@@ -150,7 +158,7 @@ impl Run {
         self.pivots.rank(key, true)
     }
     fn head_len(&self) -> usize {
-        4 + 20 * self.chunks.len() + pivots_len(&self.pivots)
+        4 + PART_LEN * self.chunks.len() + pivots_len(&self.pivots)
     }
 }
 
@@ -166,7 +174,7 @@ impl Internal {
         self.pivots.rank(key, false)
     }
     pub fn head_len(&self) -> usize {
-        4 + 28 * self.children.len() + pivots_len(&self.pivots) + self.runs_len()
+        4 + CHILD_LEN * self.children.len() + pivots_len(&self.pivots) + self.runs_len()
     }
     fn has_runs(&self) -> bool {
         self.runs.iter().any(|r| !r.is_empty())
@@ -203,7 +211,7 @@ impl Leaf {
         self.pivots.rank(key, true)
     }
     pub fn head_len(&self) -> usize {
-        4 + 20 * self.bases.len() + pivots_len(&self.pivots)
+        4 + PART_LEN * self.bases.len() + pivots_len(&self.pivots)
     }
     pub fn size(&self) -> usize {
         BLOCK_HEADER + self.head_len() + self.bases.iter().map(|b| b.bytes).sum::<usize>()
@@ -272,7 +280,7 @@ impl Node {
         Ok(())
     }
 
-    fn encode_head(&self, out: &mut Vec<u8>) -> u8 {
+    pub(crate) fn encode_head(&self, out: &mut Vec<u8>) -> u8 {
         match self {
             Node::Internal(n) => {
                 out.extend_from_slice(&(n.children.len() as u32).to_le_bytes());
@@ -311,13 +319,14 @@ impl Node {
         }
     }
 
-    fn decode_head(k: u8, p: &[u8]) -> std::result::Result<Node, String> {
+    pub(crate) fn decode_head(k: u8, p: &[u8]) -> std::result::Result<Node, String> {
         let mut r = Reader::new(p);
         let n = r.u32()? as usize;
         let node = match k {
             kind::BETREE_INTERNAL => {
-                let mut children = Vec::with_capacity(n);
-                let mut segs = Vec::with_capacity(n);
+                let cap = r.capacity(n, CHILD_LEN);
+                let mut children = Vec::with_capacity(cap);
+                let mut segs = Vec::with_capacity(cap);
                 for _ in 0..n {
                     children.push(r.u64()?);
                     segs.push(decode_part(&mut r)?);
@@ -326,7 +335,9 @@ impl Node {
                 let mut runs = vec![Vec::new(); n];
                 if r.position() < p.len() {
                     for child in &mut runs {
-                        for _ in 0..r.u16()? {
+                        let count = r.u16()? as usize;
+                        child.reserve_exact(r.capacity(count, RUN_REF_LEN));
+                        for _ in 0..count {
                             let (id, bytes, count) = (r.u64()?, r.u32()?, r.u32()?);
                             let len = r.u32()? as usize;
                             let filter = Filter::from_bytes(r.bytes(len)?.to_vec());
@@ -381,7 +392,11 @@ fn encode_parts<T>(parts: &[Part<T>], pivots: &Keys, out: &mut Vec<u8>) {
 
 /// The directory of a leaf's or a run's `n` partitions, none of them resident yet.
 fn decode_parts<T>(r: &mut Reader<'_>, n: usize) -> std::result::Result<Vec<Part<T>>, String> {
-    (0..n).map(|_| decode_part(r)).collect()
+    let mut parts = Vec::with_capacity(r.capacity(n, PART_LEN));
+    for _ in 0..n {
+        parts.push(decode_part(r)?);
+    }
+    Ok(parts)
 }
 
 /// One partition's directory entry (offset, length, xxh3, count), not resident.
@@ -408,7 +423,7 @@ fn encode_pivots(p: &Keys, out: &mut Vec<u8>) {
 }
 
 fn decode_pivots(r: &mut Reader<'_>, n: usize) -> std::result::Result<Keys, String> {
-    let mut keys = Keys::with_capacity(n);
+    let mut keys = Keys::with_capacity(r.capacity(n, 2));
     for _ in 0..n {
         let len = r.u16()? as usize;
         let k = r.bytes(len)?.to_vec();

@@ -34,6 +34,9 @@ pub const ENGINE_TAG: u8 = 1;
 const META_VERSION: u8 = 1;
 pub const MIN_NODE_SIZE: usize = 4 << 10;
 pub const MAX_NODE_SIZE: usize = 4 << 20;
+/// No tree is taller: internal nodes have two children or more, so this height takes 2^63
+/// leaves.
+pub const MAX_HEIGHT: u32 = 64;
 
 pub struct BTree {
     store: NodeStore<Node>,
@@ -130,13 +133,19 @@ impl BTree {
         let u64_at = |i: usize| u64::from_le_bytes(m[i..i + 8].try_into().unwrap());
         let node_size = u32::from_le_bytes(m[2..6].try_into().unwrap()) as usize;
         Self::check_node_size(node_size).map_err(|_| bad("node size out of range"))?;
+        let height = u32::from_le_bytes(m[54..58].try_into().unwrap());
+        // A write's descent reserves a path of `height` nodes, and height 0 underflows when
+        // the root collapses.
+        if !(1..=MAX_HEIGHT).contains(&height) {
+            return Err(bad("height out of range"));
+        }
         Ok(BTree {
             store: NodeStore::new(pager, cache_bytes),
             merge,
             root: u64_at(6),
             node_size,
             inline_max: node_size / 4,
-            height: u32::from_le_bytes(m[54..58].try_into().unwrap()),
+            height,
             live_keys: u64_at(14),
             live_bytes: u64_at(22),
             leaves: u64_at(30),

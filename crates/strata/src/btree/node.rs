@@ -214,8 +214,10 @@ pub fn encode_entries(keys: &Keys, vals: &[Val], out: &mut Vec<u8>) {
 /// Entries written by `encode_entries`; keys must be strictly increasing.
 pub fn decode_entries(r: &mut Reader<'_>) -> Result<(Keys, Vec<Val>), String> {
     let n = r.u32()? as usize;
-    let mut keys = Keys::with_capacity(n);
-    let mut vals = Vec::with_capacity(n);
+    // An entry takes at least 7 bytes (lengths and tag, empty key and value).
+    let cap = r.capacity(n, 7);
+    let mut keys = Keys::with_capacity(cap);
+    let mut vals = Vec::with_capacity(cap);
     for _ in 0..n {
         let klen = r.u16()? as usize;
         let tag = r.u8()?;
@@ -266,7 +268,7 @@ impl StoredNode for Node {
 }
 
 impl Node {
-    fn encode(&self, out: &mut Vec<u8>) -> u8 {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) -> u8 {
         match self {
             Node::Leaf(l) => {
                 out.reserve(l.bytes);
@@ -306,15 +308,22 @@ impl Node {
                 if n < 1 {
                     return Err("internal node without children".into());
                 }
+                // Each separator takes at least 10 bytes (length, empty key, child).
+                let cap = r.capacity(n - 1, 10);
                 let mut node = Internal {
-                    keys: Keys::with_capacity(n - 1),
-                    children: Vec::with_capacity(n),
+                    keys: Keys::with_capacity(cap),
+                    children: Vec::with_capacity(cap + 1),
                     bytes: 0,
                 };
                 node.children.push(r.u64()?);
                 for _ in 1..n {
                     let klen = r.u16()? as usize;
-                    node.keys.push(r.bytes(klen)?.to_vec());
+                    let key = r.bytes(klen)?;
+                    // Out of order, a search would route keys to the wrong child.
+                    if node.keys.last().is_some_and(|p| p >= key) {
+                        return Err("separators out of order".into());
+                    }
+                    node.keys.push(key.to_vec());
                     node.children.push(r.u64()?);
                 }
                 r.finish()?;

@@ -6,9 +6,9 @@
 //! if set, else $XDG_CONFIG_HOME/strata/profile.json, else ~/.config/strata/profile.json.
 //!
 //! Invariants: a profile that loads is valid (`validate`): finite, positive s, t, P ≥ 1,
-//! bandwidths and a version this build reads; anything else is `Error::InvalidOptions` naming the
-//! file, never a panic. Derived figures (α, 1/α) are stored for people reading the JSON but are
-//! always recomputed from s and t when used.
+//! bandwidths, 1/α = s/t at most 256 MiB and a version this build reads; anything else is
+//! `Error::InvalidOptions` naming the file, never a panic. Derived figures (α, 1/α) are stored
+//! for people reading the JSON but are always recomputed from s and t when used.
 
 pub mod bench;
 pub mod plot;
@@ -28,6 +28,9 @@ pub use target::{FileTarget, SimTarget, Target};
 
 /// Format version of the profile JSON this build writes and the newest it reads.
 pub const PROFILE_VERSION: u32 = 1;
+
+/// The largest 1/α (bytes) a profile may hold (see `DeviceProfile::validate`).
+pub const MAX_HALF_BANDWIDTH: f64 = (256u64 << 20) as f64;
 
 /// The affine benchmark: mean latency of random reads at queue depth 1, by IO size.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -248,6 +251,17 @@ impl DeviceProfile {
             if !(v.is_finite() && v > 0.0) {
                 return Err(format!("{name} must be a positive number, not {v}"));
             }
+        }
+        // 1/α = s/t, the IO size whose transfer takes as long as its setup: about 100 KiB for
+        // SSDs, a few MiB for disks. Far beyond that the figures are a measurement gone wrong,
+        // and the tuner's search for the best B+-tree node (Corollary 7, checked by brute force
+        // over up to four times the optimum) grows with 1/α until it overflows.
+        let half_bandwidth = self.affine.setup_s / self.affine.per_byte_s;
+        if half_bandwidth > MAX_HALF_BANDWIDTH {
+            return Err(format!(
+                "affine.setup_s / affine.per_byte_s (1/α, {half_bandwidth:.3e} bytes) must be at \
+                 most {MAX_HALF_BANDWIDTH:.0} bytes"
+            ));
         }
         if !(self.pdam.parallelism.is_finite() && self.pdam.parallelism >= 1.0) {
             return Err(format!(

@@ -39,6 +39,8 @@ const SB_FIXED: usize = 64;
 pub const MAX_ENGINE_META: usize = SUPERBLOCK_SIZE as usize - SB_FIXED;
 /// The owner id stamped on translation-table blocks.
 const TABLE_OWNER: u64 = u64::MAX;
+/// The largest sequence number or node id a superblock may hold.
+const MAX_COUNTER: u64 = u64::MAX / 2;
 
 /// What a committed checkpoint recorded besides the table.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -308,7 +310,12 @@ impl Pager {
         let first = ext.len.min(PAGE) as usize;
         let mut buf = vec![0u8; first];
         self.dev.read_at(&mut buf, ext.offset)?;
-        let want = block::BLOCK_HEADER + block::declared_len(&buf);
+        // An extent too short for a header (a damaged table) is left to `open` to report.
+        let want = if buf.len() >= block::BLOCK_HEADER {
+            block::BLOCK_HEADER + block::declared_len(&buf)
+        } else {
+            0
+        };
         if want > first && want as u64 <= ext.len {
             buf.resize(want, 0);
             self.dev
@@ -502,7 +509,7 @@ impl Pager {
     }
 }
 
-struct Superblock {
+pub(crate) struct Superblock {
     checkpoint: Checkpoint,
     next_id: u64,
     table_offset: u64,
@@ -526,7 +533,7 @@ fn encode_superblock(c: &Checkpoint, next_id: u64, table: Extent) -> Vec<u8> {
     b
 }
 
-fn decode_superblock(b: &[u8], file: &str, off: u64) -> Result<Superblock> {
+pub(crate) fn decode_superblock(b: &[u8], file: &str, off: u64) -> Result<Superblock> {
     let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
     if b.len() < SB_FIXED || b[..8] != MAGIC {
@@ -551,19 +558,33 @@ fn decode_superblock(b: &[u8], file: &str, off: u64) -> Result<Superblock> {
             supported: FORMAT_VERSION,
         });
     }
+    let (seq, wal_seq, next_id) = (u64_at(24), u64_at(32), u64_at(40));
+    // No database counts this far (2^63 checkpoints, batches or nodes), and the pager and the
+    // log's replay count on the next number fitting.
+    if [seq, wal_seq, next_id].into_iter().any(|c| c > MAX_COUNTER) {
+        return Err(Error::corruption(
+            file,
+            off,
+            "superblock counters out of range",
+        ));
+    }
     Ok(Superblock {
         checkpoint: Checkpoint {
-            seq: u64_at(24),
-            wal_seq: u64_at(32),
+            seq,
+            wal_seq,
             engine_meta: b[SB_FIXED..16 + body_len].to_vec(),
         },
-        next_id: u64_at(40),
+        next_id,
         table_offset: u64_at(48),
         table_len: u64_at(56),
     })
 }
 
-fn read_table(dev: &dyn Device, ext: Extent, file_len: u64) -> Result<HashMap<NodeId, Extent>> {
+pub(crate) fn read_table(
+    dev: &dyn Device,
+    ext: Extent,
+    file_len: u64,
+) -> Result<HashMap<NodeId, Extent>> {
     let name = dev.name();
     if ext.offset < DATA_START
         || !ext.offset.is_multiple_of(PAGE)
@@ -585,12 +606,15 @@ fn read_table(dev: &dyn Device, ext: Extent, file_len: u64) -> Result<HashMap<No
     if k != kind::TABLE || payload.len() < 8 {
         return Err(bad("translation table block has the wrong kind or size"));
     }
-    let n = u64::from_le_bytes(payload[..8].try_into().unwrap()) as usize;
-    if payload.len() != 8 + n.saturating_mul(24) {
+    let n = u64::from_le_bytes(payload[..8].try_into().unwrap());
+    // Compared by division: the count is untrusted, and 8 + 24·n can overflow.
+    let entries = payload.len() - 8;
+    if entries % 24 != 0 || (entries / 24) as u64 != n {
         return Err(bad(
             "translation table length does not match its entry count",
         ));
     }
+    let n = n as usize;
     let mut table = HashMap::with_capacity(n);
     for e in payload[8..].chunks_exact(24) {
         let id = u64::from_le_bytes(e[..8].try_into().unwrap());
