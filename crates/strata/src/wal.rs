@@ -43,6 +43,8 @@ use crate::error::{Error, Result};
 use crate::storage::Device;
 
 pub const HEADER: usize = 32;
+/// The largest sequence number a record may carry.
+pub const MAX_SEQ: u64 = i64::MAX as u64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -534,7 +536,9 @@ fn parse(buf: &[u8], off: usize, accept: impl Fn(u64) -> bool) -> Option<Parsed>
     let h = buf.get(off..off + HEADER)?;
     let len = u32::from_le_bytes(h[8..12].try_into().unwrap()) as usize;
     let seq = u64::from_le_bytes(h[16..24].try_into().unwrap());
-    if !accept(seq) {
+    // Sequence numbers stay below 2^63 (the superblock refuses more), so the arithmetic on
+    // them never overflows, whatever a forged record says.
+    if seq > MAX_SEQ || !accept(seq) {
         return None;
     }
     let body = buf.get(off + 8..(off + HEADER).checked_add(len)?)?;
@@ -743,6 +747,21 @@ mod tests {
             other => panic!("{:?}", other.err()),
         }
         assert!(before == (a.contents(), b.contents()), "nothing changed");
+    }
+
+    #[test]
+    fn sequence_numbers_past_the_limit_are_not_records() {
+        // A forged record numbered u64::MAX after a checkpoint at the limit, and one at the
+        // limit after a valid record: no arithmetic overflows, the forged records are garbage.
+        let (dev, w) = new_log();
+        w.append(Kind::Batch, MAX_SEQ, b"last").unwrap();
+        w.append(Kind::Batch, u64::MAX, b"forged").unwrap();
+        drop(w);
+        assert_eq!(replay(&dev, MAX_SEQ - 1).unwrap().len(), 1);
+        let (dev, w) = new_log();
+        w.append(Kind::Batch, u64::MAX, b"forged").unwrap();
+        drop(w);
+        assert!(replay(&dev, MAX_SEQ).unwrap().is_empty());
     }
 
     #[test]
