@@ -15,6 +15,7 @@
 //! - dropped by the torn-tail rule: damage in the log's last record is indistinguishable from
 //!   a torn write, so replay stops before it and the database holds the model as of the batch
 //!   before (docs/format.md, "The write-ahead log");
+//!
 //! never a wrong answer or a panic. Moreover the layout decides which: a byte the newest
 //! checkpoint references under a checksum is "live" and its flip must be detected (`check`
 //! reads every block); any other byte is "dead" (padding, free space, the older superblock, the
@@ -709,7 +710,7 @@ struct Sweep {
     failures: Vec<Failure>,
 }
 
-fn pick<'a>(regions: &'a [Region], offset: u64) -> &'a Region {
+fn pick(regions: &[Region], offset: u64) -> &Region {
     let i = regions.partition_point(|r| r.end <= offset);
     let r = &regions[i];
     assert!(r.start <= offset && offset < r.end);
