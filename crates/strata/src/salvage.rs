@@ -23,7 +23,7 @@
 //!    reported;
 //! 4. the copy is checkpointed and closed.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -34,12 +34,15 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::batch::{Op, WriteBatch};
 use crate::betree::{self, BeTree};
-use crate::btree::{self, BTree};
+use crate::btree::node::decode_entries;
+use crate::btree::{self, BTree, Val};
+use crate::codec::Reader;
 use crate::db::{Db, DATA_FILE, WAL_FILE, WAL_FILE_2};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::options::{Durability, Options};
-use crate::storage::pager::{MAGIC, SUPERBLOCK_SIZE};
+use crate::storage::block::{self, kind, BLOCK_HEADER, PAGE};
+use crate::storage::pager::{DATA_START, MAGIC, SUPERBLOCK_SIZE};
 use crate::storage::{Checkpoint, Device, Env, FileEnv, FileKind, NodeId, Pager};
 
 /// A range of keys [lo, hi); `None` is unbounded on that side.
@@ -444,8 +447,10 @@ pub struct SalvageReport {
     pub slots: [Slot; 2],
     /// The checkpoint copied (sequence number, log sequence number it covers), if any.
     pub checkpoint: Option<(u64, u64)>,
-    /// Keys copied from the checkpoint's tree.
+    /// Keys copied from the checkpoint's tree (or found by the raw scan).
     pub keys_copied: u64,
+    /// When no checkpoint could be read: what the raw scan of the data file found.
+    pub raw: Option<RawScan>,
     pub log: LogReport,
     /// Keys in the copy when salvage finished (the tree's, then the log's batches applied).
     pub keys: u64,
@@ -481,6 +486,16 @@ impl fmt::Display for SalvageReport {
                 self.engine, self.keys_copied
             )?,
             None => writeln!(f, "  copied:       no checkpoint could be read")?,
+        }
+        if let Some(r) = &self.raw {
+            writeln!(
+                f,
+                "  raw scan:     {} keys from {} intact leaf blocks, {} blobs and {} buffered \
+                 puts; {} keys in blocks that disagree, {} without their blob. Without a \
+                 checkpoint the newest version of a block is unknowable: a key may hold an \
+                 older value, a deleted key may be back",
+                self.keys_copied, r.leaves, r.blobs, r.from_messages, r.conflicts, r.missing_blobs
+            )?;
         }
         let l = &self.log;
         match (l.first, l.last) {
@@ -731,6 +746,18 @@ fn run(src: Source, source: String, dst: &dyn Env, opts: Options) -> Result<Salv
         }
     }
     let found = open_checkpoint(&src, &slots, &opts, &mut damage);
+    if found.is_none() {
+        let e = Error::corruption(
+            src.data.name(),
+            0,
+            "no checkpoint could be read: keys were copied from a raw scan of the data file",
+        );
+        damage.push(
+            Damage::new("checkpoint", None, e)
+                .keys(None, None)
+                .effect(Effect::Stale),
+        );
+    }
     let (mut engine, cp) = match found {
         Some((e, cp)) => (Some(e), Some(cp)),
         None => (None, None),
@@ -742,15 +769,20 @@ fn run(src: Source, source: String, dst: &dyn Env, opts: Options) -> Result<Salv
         bytes: 0,
     };
     let mut keys_copied = 0;
-    if let Some(engine) = &mut engine {
+    let mut raw = None;
+    {
         let mut out = |k: &[u8], v: &[u8]| {
             keys_copied += 1;
             copier.put(k, v)
         };
-        engine.salvage(&mut out, &mut damage)?;
+        match &mut engine {
+            Some(engine) => engine.salvage(&mut out, &mut damage)?,
+            None => raw = Some(raw_scan(&*src.data, &mut out, &mut damage)?),
+        }
     }
     copier.flush()?;
-    let after = cp.as_ref().map_or(0, |c| c.wal_seq);
+    // Without a checkpoint, the log's own marker says which checkpoint it continues.
+    let after = cp.as_ref().map(|c| c.wal_seq);
     let log = replay_log(&src.logs, after, &db, &mut damage)?;
     let mut keys = 0;
     for kv in db.iter()? {
@@ -766,10 +798,201 @@ fn run(src: Source, source: String, dst: &dyn Env, opts: Options) -> Result<Salv
         slots,
         checkpoint: cp.map(|c| (c.seq, c.wal_seq)),
         keys_copied,
+        raw,
         log,
         keys,
         damage,
     })
+}
+
+// ------------------------------------------------------------------------------------------
+// No checkpoint: a raw scan
+
+/// What a raw scan of the data file found, when no checkpoint could be read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RawScan {
+    /// Intact leaf blocks (B+-tree leaves, Bε-tree leaves' heads) found.
+    pub leaves: u64,
+    /// Intact blob blocks found.
+    pub blobs: u64,
+    /// Keys found in leaf blocks that disagree on their value: the copy holds the one from
+    /// the block of the highest node id (the most recently created node), perhaps not the
+    /// newest value.
+    pub conflicts: u64,
+    /// Keys left out because their value's blob block was not found intact.
+    pub missing_blobs: u64,
+    /// Keys found only in puts buffered in Bε-tree internal nodes and runs.
+    pub from_messages: u64,
+}
+
+/// One key found by the raw scan: the node whose block held it, its value, and whether other
+/// blocks disagreed.
+struct Found {
+    owner: u64,
+    val: Val,
+    conflict: bool,
+}
+
+/// Scan every page of the data file for intact blocks: B+-tree leaves, Bε-tree leaves (each
+/// basement checked against its head), blobs; copy out every key found, sorted. Without a
+/// table, which blocks belong to the newest checkpoint is unknowable: a freed block stays
+/// intact until its extent is reused, so a key may come back with an older value, or after
+/// it was deleted, and Bε-tree messages buffered above the leaves are not applied.
+fn raw_scan(data: &dyn Device, out: &mut Sink<'_>, damage: &mut Vec<Damage>) -> Result<RawScan> {
+    let len = data.len()?;
+    let mut scan = RawScan::default();
+    let mut blobs: HashMap<u64, u64> = HashMap::new();
+    let mut keys: BTreeMap<Vec<u8>, Found> = BTreeMap::new();
+    // Bε-tree puts and deletes buffered above the leaves, the newest per key.
+    let mut msgs: BTreeMap<Vec<u8>, (u64, Option<Val>)> = BTreeMap::new();
+    let mut header = [0u8; BLOCK_HEADER];
+    let mut at = DATA_START;
+    while at + BLOCK_HEADER as u64 <= len {
+        data.read_at(&mut header, at)?;
+        let here = at;
+        at += PAGE;
+        let (kind, owner) = (
+            header[20],
+            u64::from_le_bytes(header[8..16].try_into().unwrap()),
+        );
+        let plen = u32::from_le_bytes(header[16..20].try_into().unwrap()) as u64;
+        let wanted = matches!(
+            kind,
+            kind::BLOB
+                | kind::BTREE_LEAF
+                | kind::BETREE_LEAF
+                | kind::BETREE_INTERNAL
+                | kind::BETREE_RUN
+        );
+        if !wanted || header[21..24] != [0, 0, 0] || here + BLOCK_HEADER as u64 + plen > len {
+            continue;
+        }
+        let mut blk = vec![0u8; BLOCK_HEADER + plen as usize];
+        data.read_at(&mut blk, here)?;
+        let Ok((_, payload)) = block::open(&blk, owner, data.name(), here) else {
+            continue;
+        };
+        let mut entries = Vec::new();
+        match kind {
+            kind::BLOB => {
+                scan.blobs += 1;
+                blobs.insert(owner, here);
+            }
+            kind::BTREE_LEAF => {
+                if let Ok((k, v)) = decode_entries(&mut Reader::new(payload)) {
+                    scan.leaves += 1;
+                    entries.push((k, v));
+                }
+            }
+            kind::BETREE_INTERNAL | kind::BETREE_RUN => {
+                for (k, seq, v) in betree::raw_messages(data, here, kind, payload)? {
+                    if msgs.get(&k).is_none_or(|(s, _)| *s < seq) {
+                        msgs.insert(k, (seq, v));
+                    }
+                }
+            }
+            _ => {
+                scan.leaves += 1;
+                raw_basements(data, here, payload, &mut entries)?;
+            }
+        }
+        for (ks, vs) in entries {
+            for (k, v) in ks.iter().zip(vs) {
+                match keys.get_mut(k) {
+                    None => {
+                        keys.insert(
+                            k.to_vec(),
+                            Found {
+                                owner,
+                                val: v,
+                                conflict: false,
+                            },
+                        );
+                    }
+                    Some(f) if f.val != v => {
+                        f.conflict = true;
+                        if owner > f.owner {
+                            (f.owner, f.val) = (owner, v);
+                        }
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+    // A key only messages name takes its newest put (a delete leaves it out). A key a leaf
+    // holds keeps the leaf's value: leaf entries carry no sequence number to order them by.
+    for (k, (_, v)) in msgs {
+        if let (Some(val), false) = (v, keys.contains_key(&k)) {
+            scan.from_messages += 1;
+            let (owner, conflict) = (0, false);
+            keys.insert(
+                k,
+                Found {
+                    owner,
+                    val,
+                    conflict,
+                },
+            );
+        }
+    }
+    for (k, f) in keys {
+        scan.conflicts += f.conflict as u64;
+        let bytes = match f.val {
+            Val::Inline(b) => Some(b),
+            Val::Blob { id, len: vlen } => blobs.get(&id).and_then(|&off| {
+                let mut blk = vec![0u8; BLOCK_HEADER + vlen as usize];
+                data.read_at(&mut blk, off).ok()?;
+                let (_, p) = block::open(&blk, id, data.name(), off).ok()?;
+                Some(p.to_vec())
+            }),
+        };
+        match bytes {
+            Some(v) => out(&k, &v)?,
+            None => {
+                scan.missing_blobs += 1;
+                let e = Error::corruption(
+                    data.name(),
+                    0,
+                    "the value's blob block was not found intact by the raw scan",
+                );
+                damage.push(Damage::new("blob", None, e).key(&k));
+            }
+        }
+    }
+    Ok(scan)
+}
+
+/// The entries of each intact basement of the Bε-tree leaf whose block is at `at` with head
+/// `head` (docs/format.md: m u32, then per basement offset u32, length u32, xxh3 u64,
+/// entries u32; then the pivots).
+fn raw_basements(
+    data: &dyn Device,
+    at: u64,
+    head: &[u8],
+    out: &mut Vec<(btree::keys::Keys, Vec<Val>)>,
+) -> Result<()> {
+    let mut r = Reader::new(head);
+    let Ok(m) = r.u32() else { return Ok(()) };
+    let len = data.len()?;
+    for _ in 0..m {
+        let (Ok(off), Ok(plen), Ok(sum), Ok(_)) = (r.u32(), r.u32(), r.u64(), r.u32()) else {
+            return Ok(());
+        };
+        let (off, plen) = (off as u64, plen as u64);
+        if at + off + plen > len {
+            continue;
+        }
+        let mut part = vec![0u8; plen as usize];
+        data.read_at(&mut part, at + off)?;
+        if xxh3_64(&part) != sum {
+            continue;
+        }
+        if let Ok(e) = decode_entries(&mut Reader::new(&part)) {
+            out.push(e);
+        }
+    }
+    Ok(())
 }
 
 // ------------------------------------------------------------------------------------------
@@ -891,14 +1114,24 @@ fn read_log(dev: &dyn Device) -> Result<(Vec<LogRecord>, Vec<Stretch>)> {
 /// gaps, the newer checkpoint a marker may name, and the unreadable stretches.
 fn replay_log(
     logs: &[Arc<dyn Device>],
-    after: u64,
+    after: Option<u64>,
     db: &Db,
     damage: &mut Vec<Damage>,
 ) -> Result<LogReport> {
     let mut report = LogReport::default();
     let mut batches = BTreeMap::new();
+    let mut read = Vec::new();
     for dev in logs {
-        let (recs, bad) = read_log(&**dev)?;
+        read.push((dev, read_log(&**dev)?));
+    }
+    // Without a checkpoint: the newest the log's markers name, else the first batch's.
+    let after = after.unwrap_or_else(|| {
+        let recs = || read.iter().flat_map(|(_, (recs, _))| recs);
+        let marker = recs().filter(|r| r.marker).map(|r| r.seq).max();
+        let first = recs().filter(|r| !r.marker).map(|r| r.seq - 1).min();
+        marker.or(first).unwrap_or(0)
+    });
+    for (dev, (recs, bad)) in read {
         for (offset, len) in bad {
             report.unreadable_bytes += len;
             let e = Error::corruption(

@@ -1879,6 +1879,70 @@ impl Engine for BeTree {
 
 // ---- salvage: the tolerant walk -----------------------------------------------------------
 
+/// A put (`Some` value) or delete (`None`) found by salvage's raw scan, with its key and
+/// sequence number.
+pub(crate) type RawMessage = (Vec<u8>, u64, Option<Val>);
+
+/// For salvage's raw scan: the puts and deletes buffered in the internal node or run whose
+/// intact block (kind `k`, checksummed head `head`) starts at `at` of `data`, from each
+/// partition that passes its checksum, as (key, sequence number, the value put or `None`).
+/// Upserts and range deletes are left out: without the base they apply to, and without
+/// knowing which entries below are older, they cannot be resolved.
+pub(crate) fn raw_messages(
+    data: &dyn Device,
+    at: u64,
+    k: u8,
+    head: &[u8],
+) -> Result<Vec<RawMessage>> {
+    // Directory entries: internal (id u64, offset u32, length u32, xxh3 u64, count u32), run
+    // (offset u32, length u32, xxh3 u64, count u32).
+    let (size, skip) = match k {
+        kind::BETREE_INTERNAL => (28, 8),
+        kind::BETREE_RUN => (20, 0),
+        _ => return Ok(Vec::new()),
+    };
+    let u32_at = |i: usize| {
+        head.get(i..i + 4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+    };
+    let Some(n) = u32_at(0) else {
+        return Ok(Vec::new());
+    };
+    let len = data.len()?;
+    let mut out = Vec::new();
+    for i in 0..n as usize {
+        let e = 4 + size * i + skip;
+        let (Some(off), Some(plen), Some(sum)) = (
+            u32_at(e),
+            u32_at(e + 4),
+            head.get(e + 8..e + 16)
+                .map(|b| u64::from_le_bytes(b.try_into().unwrap())),
+        ) else {
+            break;
+        };
+        let (off, plen) = (off as u64, plen as u64);
+        if at + off + plen > len {
+            continue;
+        }
+        let mut part = vec![0u8; plen as usize];
+        data.read_at(&mut part, at + off)?;
+        if xxhash_rust::xxh3::xxh3_64(&part) != sum {
+            continue;
+        }
+        let Ok(seg) = Segment::decode(&part) else {
+            continue;
+        };
+        for m in seg.points() {
+            match &m.body {
+                Body::Put(v) => out.push((m.key.clone(), m.seq, Some(v.clone()))),
+                Body::Delete => out.push((m.key.clone(), m.seq, None)),
+                _ => {}
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Whether message `m` bears on keys in [lo, hi).
 fn touches(m: &Msg, lo: Option<&[u8]>, hi: Option<&[u8]>) -> bool {
     match &m.body {
