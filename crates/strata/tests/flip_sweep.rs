@@ -32,6 +32,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use common::keys::rum_key;
 use common::*;
+use strata::salvage::{salvage_in, Effect};
 use strata::storage::{Device, SimEnv};
 use strata::{AddU64, Db, Durability, Error, MergeOperator, Op, Options, WriteBatch};
 
@@ -294,6 +295,10 @@ struct Region {
     /// Checksummed and referenced by the newest checkpoint (or a log record): a flip must be
     /// detected. Otherwise it must be harmless.
     live: bool,
+    /// Either outcome is right: the newest superblock when the older one covers the same log
+    /// position (a checkpoint with no writes since the one before, as `close` after a
+    /// background checkpoint makes): falling back to the older loses nothing.
+    either: bool,
     /// Offsets a `Corruption` error may name besides the flipped byte.
     anchors: Vec<u64>,
     /// For a log record: its sequence number, and whether it is the last record of the log.
@@ -306,6 +311,7 @@ fn region(start: u64, end: u64, kind: &'static str, live: bool, anchors: Vec<u64
         end,
         kind,
         live,
+        either: false,
         anchors,
         record: None,
     }
@@ -382,13 +388,10 @@ fn data_regions(data: &[u8]) -> Vec<Region> {
         let off = slot * SB_SIZE;
         if off == newest.slot_offset {
             let body_end = off + 16 + newest.body_len as u64;
-            out.push(region(
-                off,
-                body_end,
-                "superblock (newest)",
-                true,
-                vec![off],
-            ));
+            let mut r = region(off, body_end, "superblock (newest)", true, vec![off]);
+            let older = superblock(data, 1 - slot);
+            r.either = older.is_some_and(|o| o.wal_seq == newest.wal_seq);
+            out.push(r);
             out.push(region(
                 body_end,
                 off + SB_SIZE,
@@ -670,7 +673,7 @@ fn trial(
         (true, _) => Outcome::TornTail,
     };
     match (r.live, outcome) {
-        (true, Outcome::Harmless) => Err(fail(
+        (true, Outcome::Harmless) if !r.either => Err(fail(
             "a flip of a live, checksummed byte went unnoticed".into(),
         )),
         (false, Outcome::Detected | Outcome::TornTail | Outcome::Misplaced) => Err(fail(format!(
@@ -679,6 +682,75 @@ fn trial(
         ))),
         _ => Ok(outcome),
     }
+}
+
+/// Salvage the data file with one bit flipped, and hold the copy to the rules of
+/// `tests/salvage.rs`: the source unchanged; the copy passes `check`; a report of nothing lost
+/// means exactly the model, and a harmless flip must cost nothing; otherwise every key copied
+/// has the model's value except in ranges reported stale, and every key left out lies in a
+/// range reported lost or stale. When the copy comes from an older checkpoint (the log names a
+/// newer one), its values are that checkpoint's, which the model does not hold: only the first
+/// two rules apply.
+fn salvage_check(
+    cfg: &Config,
+    image: &Files,
+    offset: u64,
+    xor: u8,
+    model: &Map,
+    outcome: Outcome,
+) -> Result<(), String> {
+    let env = env_of(image);
+    env.files().get(DATA).unwrap().corrupt_byte(offset, xor);
+    let before = snapshot(&env);
+    let dst = SimEnv::new();
+    let report = catch_unwind(AssertUnwindSafe(|| {
+        salvage_in(&env, &dst, cfg.opts.clone())
+    }))
+    .map_err(|_| "panicked".to_string())?
+    .map_err(|e| format!("failed: {e}"))?;
+    if snapshot(&env) != before {
+        return Err("wrote its source".into());
+    }
+    let db = Db::open_in(&dst, cfg.opts.clone().create_if_missing(false))
+        .map_err(|e| format!("the copy does not open: {e}"))?;
+    db.check()
+        .map_err(|e| format!("the copy fails check: {e}"))?;
+    let copy = dump(&db);
+    // Complete: everything, exactly. (A detected flip may cost a salvage nothing: a blob a
+    // newer message hides is checked by `check` but read by no one.)
+    if report.is_complete() {
+        if &copy != model {
+            return Err(format!("claims to be complete but is not:\n{report}"));
+        }
+        return Ok(());
+    }
+    if outcome == Outcome::Harmless {
+        return Err(format!("a harmless flip cost something:\n{report}"));
+    }
+    if report.log.newer_checkpoint.is_some() || !report.log.missing.is_empty() {
+        return Ok(());
+    }
+    let covered = |k: &[u8], stale_only: bool| {
+        report.damage.iter().any(|d| {
+            (d.effect == Effect::Stale || (!stale_only && d.effect == Effect::Lost))
+                && d.range.as_ref().is_some_and(|r| r.contains(k))
+        })
+    };
+    for (k, v) in &copy {
+        if model.get(k) != Some(v) && !covered(k, true) {
+            return Err(format!(
+                "copied {k:?} with a value the source does not hold:\n{report}"
+            ));
+        }
+    }
+    for k in model.keys() {
+        if !copy.contains_key(k) && !covered(k, false) {
+            return Err(format!(
+                "left {k:?} out, and no damage covers it:\n{report}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 // ------------------------------------------------------------------------------------------
@@ -694,6 +766,8 @@ struct Plan {
     /// Flips in each log record region kind (random within the kind).
     log_per_kind: u64,
     seed: u64,
+    /// Also salvage every damaged data file (`salvage_check`).
+    salvage: bool,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -737,7 +811,20 @@ fn sweep(cfg: &Config, plan: Plan) -> Sweep {
         let xor = 1u8 << rng.range(0, 8);
         let c = out.rows.entry((file_label(file), r.kind)).or_default();
         c.tried += 1;
-        match trial(cfg, image, file, offset, xor, r, &built, want) {
+        let judged = trial(cfg, image, file, offset, xor, r, &built, want).and_then(|o| {
+            if plan.salvage && file == DATA {
+                salvage_check(cfg, image, offset, xor, want, o).map_err(|what| Failure {
+                    config: cfg.name,
+                    file,
+                    offset,
+                    xor,
+                    kind: r.kind,
+                    what: format!("salvage: {what}"),
+                })?;
+            }
+            Ok(o)
+        });
+        match judged {
             Ok(Outcome::Detected) => c.detected += 1,
             Ok(Outcome::Harmless) => c.harmless += 1,
             Ok(Outcome::TornTail) => c.torn += 1,
@@ -879,10 +966,11 @@ fn run_sweep(cfg: Config, plan: Plan) {
 }
 
 const QUICK: Plan = Plan {
-    data_stride: 120,
-    per_kind: 10,
-    log_per_kind: 6,
+    data_stride: 100,
+    per_kind: 8,
+    log_per_kind: 5,
     seed: 1,
+    salvage: true,
 };
 
 #[test]
@@ -900,8 +988,9 @@ fn flip_sweep_betree_default() {
     run_sweep(
         betree_default(),
         Plan {
-            data_stride: 60,
-            per_kind: 6,
+            data_stride: 40,
+            per_kind: 5,
+            salvage: false,
             ..QUICK
         },
     );
@@ -917,21 +1006,55 @@ fn flip_sweep_large() {
             per_kind: 150,
             log_per_kind: 60,
             seed,
+            salvage: true,
         };
         run_sweep(btree(), plan);
         run_sweep(betree_small(), plan);
-        run_sweep(
-            betree_default(),
-            Plan {
-                data_stride: 600,
-                ..plan
-            },
-        );
+        let fewer = Plan {
+            data_stride: 600,
+            per_kind: 80,
+            ..plan
+        };
+        run_sweep(betree_default(), fewer);
     }
 }
 
 // ------------------------------------------------------------------------------------------
 // Regressions: what the sweep found, each reproduced by one flip
+
+/// A closed B+-tree of 50 keys, checkpointed, half of them then deleted or rewritten, closed
+/// again: built on one thread (no background checkpoint), so its layout is always the same.
+/// With deletes the file shrinks below the older checkpoint's table; without, it stays.
+fn two_checkpoints(deletes: bool) -> (SimEnv, Options) {
+    let opts = Options::default()
+        .btree(4096)
+        .cache_bytes(64 << 10)
+        .checkpoint_wal_bytes(1 << 30)
+        .durability(Durability::None);
+    let env = SimEnv::new();
+    let db = Db::open_in(&env, opts.clone()).unwrap();
+    for i in 0..50 {
+        db.put(format!("k{i:05}"), [7u8; 100]).unwrap();
+    }
+    db.checkpoint().unwrap();
+    for i in 0..25 {
+        if deletes {
+            db.delete(format!("k{i:05}")).unwrap();
+        } else {
+            db.put(format!("k{i:05}"), [8u8; 100]).unwrap();
+        }
+    }
+    db.close().unwrap();
+    (env, opts)
+}
+
+/// The newest superblock and the older one of a data file, and the file's length.
+fn slots(env: &SimEnv) -> (Superblock, Superblock, u64) {
+    let data = env.files().get(DATA).unwrap().contents();
+    let newest = newest_superblock(&data);
+    let older = superblock(&data, 1 - newest.slot_offset / SB_SIZE).expect("both slots valid");
+    (newest, older, data.len() as u64)
+}
 
 /// Catches: a damaged newest superblock of a closed database reported at the older
 /// checkpoint's translation table ("lies outside the file") instead of at the damaged slot.
@@ -942,21 +1065,16 @@ fn flip_sweep_large() {
 /// failed to decode and the other slot's table cannot be read, the damaged slot is reported.
 #[test]
 fn damaged_newest_superblock_is_reported_at_its_slot() {
-    let built = build(&btree(), 1);
-    let data = &built.closed[DATA];
-    let newest = newest_superblock(data);
-    let older = superblock(data, 1 - newest.slot_offset / SB_SIZE).expect("both slots valid");
+    let (env, opts) = two_checkpoints(true);
+    let (newest, older, len) = slots(&env);
     assert!(
-        older.table_offset + older.table_len > data.len() as u64,
+        older.table_offset + older.table_len > len,
         "the scenario: the older checkpoint's table was trimmed away"
     );
+    let data = env.files().get(DATA).unwrap();
     for pos in [20u64, 33, 80] {
-        let env = env_of(&built.closed);
-        env.files()
-            .get(DATA)
-            .unwrap()
-            .corrupt_byte(newest.slot_offset + pos, 0x08);
-        match Db::open_in(&env, btree().opts) {
+        data.corrupt_byte(newest.slot_offset + pos, 0x08);
+        match Db::open_in(&env, opts.clone()) {
             Err(Error::Corruption { file, offset, .. }) => {
                 assert_eq!(
                     (file.as_str(), offset),
@@ -967,20 +1085,24 @@ fn damaged_newest_superblock_is_reported_at_its_slot() {
             Err(e) => panic!("byte {pos}: {e}"),
             Ok(_) => panic!("byte {pos}: opened"),
         }
+        data.corrupt_byte(newest.slot_offset + pos, 0x08);
     }
 }
 
-/// Open the closed default-geometry image with one bit of the newest superblock flipped.
+/// Open the database of `two_checkpoints(false)` (whose older checkpoint is still whole) with
+/// one bit of the newest superblock flipped.
 fn open_with_newest_superblock_flipped(pos: u64) -> Error {
-    let cfg = betree_default();
-    let built = build(&cfg, 1);
-    let newest = newest_superblock(&built.closed[DATA]);
-    let env = env_of(&built.closed);
+    let (env, opts) = two_checkpoints(false);
+    let (newest, older, len) = slots(&env);
+    assert!(
+        older.table_offset + older.table_len <= len,
+        "the older table is there"
+    );
     env.files()
         .get(DATA)
         .unwrap()
         .corrupt_byte(newest.slot_offset + pos, 0x40);
-    match Db::open_in(&env, cfg.opts) {
+    match Db::open_in(&env, opts) {
         Err(e) => e,
         Ok(_) => panic!("a checkpoint older than the log's marker was opened"),
     }
@@ -988,7 +1110,7 @@ fn open_with_newest_superblock_flipped(pos: u64) -> Error {
 
 /// Known, not fixed (the fix is in wal.rs, which this branch may not edit): a damaged newest
 /// superblock whose older checkpoint is still readable is reported at offset 0 of the log
-/// ("log starts at sequence 237 but the checkpoint covers only up to 229") rather than at the
+/// ("log starts at sequence 76 but the checkpoint covers only up to 50", say) rather than at the
 /// damaged slot. `Wal::open`'s `replay` checks the first record for a gap after the checkpoint
 /// before handing it to the caller, so the `Db`'s own check (a checkpoint marker newer than the
 /// superblock in use: the newer superblock is damaged) never sees the marker. The fix: skip the
