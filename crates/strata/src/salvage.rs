@@ -289,12 +289,13 @@ impl<'a, H> Walk<'a, H> {
 // ------------------------------------------------------------------------------------------
 // The source, read-only
 
-/// A source file as salvage sees it: reads pass through, every change is refused, and one
-/// superblock slot may be hidden (read as zeros) so that the pager opens the other.
+/// A source file as salvage sees it: reads pass through, every change is refused, and stretches
+/// may read as other bytes (`overlay`): a superblock slot hidden (zeros) so that the pager
+/// opens the other, or shown with its checksum recomputed.
 #[derive(Debug)]
 struct ReadOnly {
     inner: Arc<dyn Device>,
-    hide: Option<u64>,
+    overlay: Vec<(u64, Vec<u8>)>,
 }
 
 impl ReadOnly {
@@ -315,11 +316,12 @@ impl Device for ReadOnly {
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         self.inner.read_at(buf, offset)?;
-        if let Some(slot) = self.hide {
-            let end = offset + buf.len() as u64;
-            let (a, b) = (offset.max(slot), end.min(slot + SUPERBLOCK_SIZE));
+        let end = offset + buf.len() as u64;
+        for (at, bytes) in &self.overlay {
+            let (a, b) = (offset.max(*at), end.min(at + bytes.len() as u64));
             if a < b {
-                buf[(a - offset) as usize..(b - offset) as usize].fill(0);
+                buf[(a - offset) as usize..(b - offset) as usize]
+                    .copy_from_slice(&bytes[(a - at) as usize..(b - at) as usize]);
             }
         }
         Ok(())
@@ -398,7 +400,10 @@ struct Source {
 }
 
 fn read_only(inner: Arc<dyn Device>) -> Arc<dyn Device> {
-    Arc::new(ReadOnly { inner, hide: None })
+    Arc::new(ReadOnly {
+        inner,
+        overlay: Vec::new(),
+    })
 }
 
 // ------------------------------------------------------------------------------------------
@@ -642,32 +647,76 @@ fn open_engine(pager: Pager, cp: &Checkpoint, opts: &Options) -> Result<Box<dyn 
     }
 }
 
-/// The newest checkpoint that opens: each valid slot, newest first, with the other hidden.
-/// Failures are recorded as damage that cost nothing yet (the walk says what it costs).
+/// Slot `slot`'s bytes with the checksum recomputed, when its magic and body length are
+/// intact (its checksum failed): its sequence number (unchecked) and the bytes.
+fn resealed(dev: &dyn Device, slot: u64) -> Option<(u64, Vec<u8>)> {
+    let off = slot * SUPERBLOCK_SIZE;
+    let mut b = vec![0u8; SUPERBLOCK_SIZE as usize];
+    dev.read_at(&mut b, off).ok()?;
+    let body = u32::from_le_bytes(b[16..20].try_into().unwrap()) as usize;
+    if b[..8] != MAGIC || !(48..=SUPERBLOCK_SIZE as usize - 16).contains(&body) {
+        return None;
+    }
+    let sum = xxh3_64(&b[16..16 + body]);
+    b[8..16].copy_from_slice(&sum.to_le_bytes());
+    Some((u64::from_le_bytes(b[24..32].try_into().unwrap()), b))
+}
+
+/// The newest checkpoint that opens: each valid slot, newest first, with the other hidden;
+/// then each damaged slot whose magic and length are intact, read as if its checksum held (a
+/// bit flipped in a counter or in the checksum itself leaves the fields that matter right; a
+/// wrong table location fails the table's own checks). Failures are recorded as damage that
+/// cost nothing yet (the walk says what it costs).
 fn open_checkpoint(
     src: &Source,
     slots: &[Slot; 2],
     opts: &Options,
     damage: &mut Vec<Damage>,
 ) -> Option<(Box<dyn Engine>, Checkpoint)> {
-    let mut valid: Vec<(u64, u64)> = (0..2u64)
+    // (seq, slot, the slot's bytes when resealed)
+    let mut tries: Vec<(u64, u64, Option<Vec<u8>>)> = (0..2u64)
         .filter_map(|i| match slots[i as usize] {
-            Slot::Valid { seq, .. } => Some((seq, i)),
+            Slot::Valid { seq, .. } => Some((seq, i, None)),
             _ => None,
         })
         .collect();
-    valid.sort_unstable_by(|a, b| b.cmp(a));
-    for (_, slot) in valid {
+    tries.sort_unstable_by(|a, b| b.cmp(a));
+    let mut damaged: Vec<(u64, u64, Option<Vec<u8>>)> = (0..2u64)
+        .filter(|&i| slots[i as usize] == Slot::Damaged)
+        .filter_map(|i| resealed(&*src.data, i).map(|(seq, b)| (seq, i, Some(b))))
+        .collect();
+    damaged.sort_unstable_by(|a, b| b.cmp(a));
+    tries.extend(damaged);
+    for (_, slot, bytes) in tries {
+        let unchecked = bytes.is_some();
+        let mut overlay = vec![(
+            (1 - slot) * SUPERBLOCK_SIZE,
+            vec![0u8; SUPERBLOCK_SIZE as usize],
+        )];
+        overlay.extend(bytes.map(|b| (slot * SUPERBLOCK_SIZE, b)));
         let dev: Arc<dyn Device> = Arc::new(ReadOnly {
             inner: src.data.clone(),
-            hide: Some((1 - slot) * SUPERBLOCK_SIZE),
+            overlay,
         });
         let opened = Pager::open(dev).and_then(|(pager, cp)| {
             let engine = open_engine(pager, &cp, opts)?;
             Ok((engine, cp))
         });
         match opened {
-            Ok(found) => return Some(found),
+            Ok(found) => {
+                if unchecked {
+                    let e = Error::corruption(
+                        src.data.name(),
+                        slot * SUPERBLOCK_SIZE,
+                        "superblock checksum mismatch: its fields were used anyway, since its \
+                         table checked out; a damaged counter or log position among them would \
+                         go unnoticed",
+                    );
+                    let d = Damage::new("superblock used unchecked", None, e).keys(None, None);
+                    damage.push(d.effect(Effect::Stale));
+                }
+                return Some(found);
+            }
             Err(e) => {
                 let what = match &e {
                     Error::Corruption { offset, .. } if *offset < 2 * SUPERBLOCK_SIZE => {

@@ -622,7 +622,7 @@ fn damaged_log_record_is_a_gap() {
         Error::Corruption { file, offset, .. } if file == WAL && *offset == third.offset)));
 }
 
-/// Both superblocks and the table damaged: no checkpoint reads, and salvage falls back to a
+/// Both superblocks and their tables damaged: no checkpoint reads, and salvage falls back to a
 /// raw scan of the data file for intact leaf blocks. Every key the source held is found (its
 /// checkpoint's leaves are intact); which version of a block is the newest is unknowable, so
 /// the whole key space is reported stale.
@@ -630,10 +630,13 @@ fn raw_scan(opts: Options) {
     let place = Place::sim();
     let model = populated(&place, &opts, 2000);
     let data = place.read(DATA).unwrap();
-    let newest = newest_superblock(&data);
-    place.corrupt(DATA, 30, 0x01);
-    place.corrupt(DATA, SB_SIZE + 30, 0x01);
-    place.corrupt(DATA, newest.table_offset + 30, 0x01);
+    // Both superblocks, and the table each points to (a superblock whose checksum fails is
+    // still tried for its table).
+    for slot in 0..2 {
+        let sb = superblock(&data, slot).unwrap();
+        place.corrupt(DATA, sb.table_offset + 30, 0x01);
+        place.corrupt(DATA, slot * SB_SIZE + 30, 0x01);
+    }
     let (dst, report) = salvage_of(&place, &opts);
     let copy = copied(&dst, &opts);
     assert_sound(&copy, &model, &report);
@@ -663,4 +666,26 @@ fn raw_scan_btree() {
 #[test]
 fn raw_scan_betree() {
     raw_scan(betree_opts());
+}
+
+/// Both superblocks damaged, their tables intact: the newest is read as if its checksum held,
+/// its table checks out, and everything is copied; the report says which fields went unchecked.
+#[test]
+fn both_superblocks_damaged_uses_the_newest_unchecked() {
+    let place = Place::sim();
+    let opts = btree_opts();
+    let model = populated(&place, &opts, 2000);
+    let newest = newest_superblock(&place.read(DATA).unwrap());
+    // The checksum field of one slot, a counter (live keys) of the other.
+    place.corrupt(DATA, newest.slot_offset + 9, 0x01);
+    place.corrupt(DATA, (SB_SIZE - newest.slot_offset) + 64 + 14, 0x01);
+    let (dst, report) = salvage_of(&place, &opts);
+    assert_eq!(report.slots, [Slot::Damaged, Slot::Damaged]);
+    assert_eq!(report.checkpoint.map(|c| c.0), Some(newest.seq), "{report}");
+    assert!(report.raw.is_none());
+    assert_eq!(copied(&dst, &opts), model);
+    assert!(report
+        .damage
+        .iter()
+        .any(|d| d.what == "superblock used unchecked"));
 }
