@@ -103,6 +103,13 @@ fn to_json(r: &SalvageReport) -> Value {
         "superblocks": [slot(&r.slots[0]), slot(&r.slots[1])],
         "checkpoint": r.checkpoint.map(|(seq, wal)| json!({"seq": seq, "wal_seq": wal})),
         "keys_copied": r.keys_copied,
+        "raw_scan": r.raw.as_ref().map(|s| json!({
+            "leaves": s.leaves,
+            "blobs": s.blobs,
+            "from_messages": s.from_messages,
+            "conflicts": s.conflicts,
+            "missing_blobs": s.missing_blobs,
+        })),
         "log": {
             "applied": r.log.applied,
             "first": r.log.first,

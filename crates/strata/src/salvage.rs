@@ -4,19 +4,22 @@
 //! Invariants:
 //! - the source is never written: its files are opened through `ReadOnly`, which refuses every
 //!   write, resize and sync, and its lock is taken so that no writer changes it meanwhile;
-//! - nothing is copied that the source does not hold: a value is copied only from a block (or a
-//!   partition, or a log record) that passed its checksum, and only for a key inside the key
-//!   range its parent gives the block;
+//! - every value copied comes from a block, partition or log record that passed its checksum,
+//!   for a key inside the key range its parent gives that block; where it may not be the key's
+//!   newest value (a damaged Bε-tree buffer above it, an older checkpoint, a raw scan), the
+//!   report says so for the range;
 //! - what is left out is reported: every block, partition, blob or log record that failed, with
 //!   its file and offset, its node, and the key range it covered when known.
 //!
 //! How (docs/format.md, "Salvage"):
 //! 1. the checkpoint: the newest superblock whose table and engine metadata read; an older slot
 //!    when the newest fails (its extents may since have been reused: blocks that no longer
-//!    belong to it fail their owner check and are reported like any damage);
+//!    belong to it fail their owner check and are reported like any damage); then a damaged
+//!    slot read as if its checksum held, if its table checks out;
 //! 2. the tree: the engine's tolerant walk (`Engine::salvage`) copies every readable entry,
 //!    routes around what fails, then reads the nodes of the table it never reached (those below
-//!    a damaged node) and copies their keys that fall in the damaged ranges;
+//!    a damaged node) and copies their keys that fall in the damaged ranges; with no
+//!    checkpoint at all, a raw scan of the data file for intact leaf blocks (`raw_scan`);
 //! 3. the log: both files are read record by record (a small reader of the record format,
 //!    read-only: `Wal::open` would trim the source); every intact write batch past the
 //!    checkpoint is applied to the copy in sequence order, and gaps and damaged stretches are
