@@ -9,6 +9,7 @@ mod kv;
 mod load;
 mod profile;
 mod report;
+mod salvage;
 mod sizes;
 mod sweep;
 mod tune;
@@ -44,6 +45,7 @@ enum Command {
     Scan(kv::ScanArgs),
     Stats(inspect::StatsArgs),
     Check(inspect::CheckArgs),
+    Salvage(salvage::SalvageArgs),
     Profile(profile::ProfileArgs),
     Tune(tune::TuneArgs),
     #[command(subcommand)]
@@ -128,6 +130,7 @@ fn main() -> ExitCode {
         Command::Scan(a) => kv::scan(a),
         Command::Stats(a) => inspect::stats(a),
         Command::Check(a) => inspect::check(a),
+        Command::Salvage(a) => salvage::run(a),
         Command::Profile(a) => profile::run(a),
         Command::Tune(a) => tune::run(a),
     };

@@ -426,3 +426,64 @@ fn cache_budget_holds(engine: &str, node_size: &str) {
         "peak RSS {rss} for a {budget}-byte cache"
     );
 }
+
+#[test]
+fn salvage_copies_what_is_readable_and_exits_2_when_something_was_not() {
+    let tmp = TempDir::new().unwrap();
+    let db = db_in(&tmp);
+    ok(&[
+        "load",
+        "--engine",
+        "btree",
+        "--db",
+        &db,
+        "--keys",
+        "3000",
+        "--node-size",
+        "4KiB",
+        "--no-sync",
+        "--json",
+    ]);
+    // Undamaged: everything, exit 0.
+    let whole = tmp.path().join("whole").display().to_string();
+    let out = ok(&["salvage", "--db", &db, "--to", &whole]);
+    assert!(out.contains("complete: nothing was lost"), "{out}");
+    assert!(ok(&["check", "--db", &whole]).contains("3000"));
+    // A refused destination: it already holds a database.
+    let err = fails(&["salvage", "--db", &db, "--to", &whole], 1);
+    assert!(err.contains("already holds a database"), "{err}");
+
+    // Damage byte 100 of every 16th page but those of the newest checkpoint's translation
+    // table (without which salvage falls back to a raw scan): some leaves, perhaps a blob.
+    let path = tmp.path().join("db").join("strata.data");
+    let mut data = std::fs::read(&path).unwrap();
+    let le = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().unwrap());
+    let newest = if le(24) > le(4096 + 24) { 0 } else { 4096 };
+    let table = le(newest + 48) as usize..(le(newest + 48) + le(newest + 56)) as usize;
+    for at in (8192 + 100..data.len()).step_by(16 * 4096) {
+        if !table.contains(&at) {
+            data[at] ^= 0x55;
+        }
+    }
+    std::fs::write(&path, &data).unwrap();
+    let copy = tmp.path().join("copy").display().to_string();
+    let out = strata(&["salvage", "--db", &db, "--to", &copy, "--json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["complete"], Value::Bool(false));
+    let keys = u64_at(&v, "/keys");
+    assert!(keys > 0 && keys < 3000, "{v}");
+    let damage = v["damage"].as_array().unwrap();
+    assert!(!damage.is_empty());
+    for d in damage {
+        assert!(
+            d["file"].as_str().unwrap().ends_with("strata.data") && d["offset"].is_u64(),
+            "{d}"
+        );
+    }
+    // The source is untouched; the copy is a sound database holding what was copied.
+    assert_eq!(std::fs::read(&path).unwrap(), data);
+    assert!(ok(&["check", "--db", &copy]).contains(&keys.to_string()));
+    let scanned = ok(&["scan", "--db", &copy]);
+    assert_eq!(scanned.lines().count() as u64, keys);
+}

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::batch::Op;
 use crate::error::{Error, Result};
 use crate::merge::MergeOperator;
+use crate::salvage::{Damage, Sink};
 use crate::storage::{CacheStats, Commit, Device};
 
 /// Apply operations one by one, in order.
@@ -69,6 +70,11 @@ pub trait Engine: Send {
     fn check(&mut self) -> Result<CheckReport>;
     /// The data device, for space accounting.
     fn device(&self) -> &Arc<dyn Device>;
+    /// Copy out every entry still readable, calling `out` for each, and record in `lost` what
+    /// cannot be read, walking on around it (see `salvage`). It only reads; only `out`'s errors
+    /// stop it. Entries come in key order except those found below damaged nodes, which come
+    /// after, and a key may come twice with the same value.
+    fn salvage(&mut self, out: &mut Sink<'_>, lost: &mut Vec<Damage>) -> Result<()>;
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

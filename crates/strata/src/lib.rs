@@ -15,6 +15,7 @@ mod metrics;
 pub mod model;
 mod options;
 pub mod profile;
+pub mod salvage;
 pub mod storage;
 pub mod tune;
 mod wal;

@@ -207,6 +207,8 @@ impl Pager {
         let mut slots = Vec::new();
         let mut magic_seen = false;
         let mut first_err = None;
+        // A slot that failed to decode but is not blank: it may have held the newest checkpoint.
+        let mut damaged_slot = None;
         for slot in 0..2u64 {
             let off = slot * SUPERBLOCK_SIZE;
             if off >= len {
@@ -222,6 +224,9 @@ impl Pager {
                 Err(e) => {
                     if matches!(e, Error::UnsupportedVersion { .. }) {
                         return Err(e);
+                    }
+                    if buf.iter().any(|&b| b != 0) {
+                        damaged_slot = Some(off);
                     }
                     first_err.get_or_insert(e);
                 }
@@ -242,7 +247,23 @@ impl Pager {
             offset: sb.table_offset,
             len: sb.table_len,
         };
-        let table = read_table(&*dev, table_ext, len)?;
+        let table = match (read_table(&*dev, table_ext, len), damaged_slot) {
+            (Ok(t), _) => t,
+            // The damaged slot may have held the newest checkpoint, whose commit released this
+            // older one's extents (and trimmed the file): report the damage that caused the
+            // fall-back, not the table it left unreachable.
+            (Err(e), Some(off)) if e.is_corruption() => {
+                return Err(Error::corruption(
+                    &name,
+                    off,
+                    format!(
+                        "superblock damaged, and the other slot's checkpoint {} is unreadable: {e}",
+                        sb.checkpoint.seq
+                    ),
+                ))
+            }
+            (Err(e), _) => return Err(e),
+        };
         let alloc = Allocator::from_used(
             DATA_START,
             table.values().copied().chain(std::iter::once(table_ext)),
