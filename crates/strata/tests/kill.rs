@@ -580,8 +580,8 @@ impl Parent {
             "kill {}: seed {:#x}: {rounds} rounds, {} kills (start-up {}, open {}, \
              verification {}, writes {}; {} with a checkpoint in flight), {} batches acked, \
              batch in flight found {} of {} times, {} parent reopens, {} child checks, \
-             {} checkpoints, {} evictions; at the end {} keys, data {} KiB ({} KiB referenced, {} KiB \
-             free), log {} KiB; {:.1} s",
+             {} checkpoints, {} evictions; at the end {} keys ({} KiB of keys and values), data {} KiB \
+             ({} KiB referenced, {} KiB free, {} runs), log {} KiB; {:.1} s",
             self.name,
             self.seed,
             s.kills,
@@ -598,9 +598,11 @@ impl Parent {
             s.checkpoints,
             s.evictions,
             self.model.len(),
+            self.model.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>() >> 10,
             m.as_ref().map_or(0, |m| m.data_file_bytes >> 10),
             m.as_ref().map_or(0, |m| m.engine.referenced_bytes >> 10),
             m.as_ref().map_or(0, |m| m.engine.free_bytes >> 10),
+            m.as_ref().map_or(0, |m| m.engine.runs),
             m.as_ref().map_or(0, |m| m.wal_file_bytes >> 10),
             started.elapsed().as_secs_f64()
         );
