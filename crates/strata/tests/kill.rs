@@ -743,11 +743,12 @@ impl Parent {
         }
         let _ = child.kill();
         let status = child.wait().expect("wait for the writer");
-        let killed_in = seen.phase;
-        // Whatever it printed before it died counts: those batches were acknowledged.
+        // Whatever it printed before it died counts: those batches were acknowledged, and the
+        // last line says how far it got.
         for line in rx.iter() {
             seen.line(line, &mut self.stats);
         }
+        let killed_in = seen.phase;
         reader.join().expect("stdout reader");
         let err = err_reader.join().expect("stderr reader");
         // A child that failed an assertion just before the kill landed is still a failure.
