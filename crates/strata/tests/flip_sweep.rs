@@ -1108,16 +1108,14 @@ fn open_with_newest_superblock_flipped(pos: u64) -> Error {
     }
 }
 
-/// Known, not fixed (the fix is in wal.rs, which this branch may not edit): a damaged newest
-/// superblock whose older checkpoint is still readable is reported at offset 0 of the log
-/// ("log starts at sequence 76 but the checkpoint covers only up to 50", say) rather than at the
-/// damaged slot. `Wal::open`'s `replay` checks the first record for a gap after the checkpoint
-/// before handing it to the caller, so the `Db`'s own check (a checkpoint marker newer than the
-/// superblock in use: the newer superblock is damaged) never sees the marker. The fix: skip the
-/// gap check when the first record is a checkpoint marker (`r.kind == Kind::Checkpoint`), and
-/// let `apply` judge it. Found by `flip_sweep_betree_default` (data byte 4146 ^ 0x40).
+/// Catches: a damaged newest superblock whose older checkpoint is still readable reported at
+/// offset 0 of the log ("log starts at sequence 76 but the checkpoint covers only up to 50",
+/// say) rather than at the damaged slot. `Wal::open` checked the first record for a gap after
+/// the checkpoint before handing it to the caller, so the `Db`'s own check (a checkpoint marker
+/// newer than the superblock in use: the newer superblock is damaged) never saw the marker; a
+/// marker past the checkpoint now goes to the caller. Found by `flip_sweep_betree_default`
+/// (data byte 4146 ^ 0x40).
 #[test]
-#[ignore = "needs a one-line change in wal.rs (see the comment)"]
 fn damaged_newest_superblock_is_named_not_the_log() {
     let e = open_with_newest_superblock_flipped(50);
     match e {
@@ -1155,17 +1153,16 @@ fn marker_then_one_batch() -> (SimEnv, Options) {
     (env, opts)
 }
 
-/// Known, not fixed (wal.rs): damage to the checkpoint marker at the start of the log, followed
-/// by a single synced batch, silently loses that batch. Replay stops at the first bad record
-/// (the marker) and looks for proof that acknowledged data follows: a later record whose durable
-/// watermark covers the next sequence number. The only later record is the batch itself, whose
-/// watermark is the checkpoint's, so the rest of the file is taken for a torn tail and
-/// truncated. Yet the record found is exactly the one expected next (sequence = checkpoint + 1):
-/// nothing is missing before it, and replay could resume there. Found by reasoning over the
-/// sweep's log rows (the sweep's logs hold six batches, where the watermark proof reports
-/// corruption instead).
+/// Catches: damage to the checkpoint marker at the start of the log, followed by a single
+/// synced batch, silently lost that batch. Replay stopped at the first bad record (the marker)
+/// and looked for proof that acknowledged data follows: a later record whose durable watermark
+/// covers the next sequence number. The only later record was the batch itself, whose
+/// watermark is the checkpoint's, so the rest of the file was taken for a torn tail and
+/// truncated. Yet the record found is exactly the one expected next: records are written back
+/// to back, so what lies before it is damage, never a crash's tail, and it is now reported.
+/// Found by reasoning over the sweep's log rows (the sweep's logs hold six batches, where the
+/// watermark proof reports corruption instead).
 #[test]
-#[ignore = "needs a change in wal.rs (see the comment)"]
 fn damaged_marker_before_one_synced_batch_keeps_the_batch() {
     let (env, opts) = marker_then_one_batch();
     env.files().get(WAL).unwrap().corrupt_byte(3, 0x10);
