@@ -63,24 +63,10 @@ fn apply(map: &mut Map, ws: &[W]) {
                 map.remove(k);
             }
             W::Add(k, n) => {
-                // AddU64's reading: missing bytes are zero, extra bytes ignored.
-                let mut b = [0u8; 8];
-                if let Some(v) = map.get(k) {
-                    b[..v.len().min(8)].copy_from_slice(&v[..v.len().min(8)]);
-                }
-                let sum = u64::from_le_bytes(b).wrapping_add(*n);
-                map.insert(k.clone(), sum.to_le_bytes().to_vec());
+                let sum = common::add_u64(map.get(k).map(|v| &v[..]), *n);
+                map.insert(k.clone(), sum);
             }
-            W::DelRange(a, b) => {
-                let doomed: Vec<Vec<u8>> = map
-                    .range(a.clone()..)
-                    .take_while(|(k, _)| *k < b)
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                for k in doomed {
-                    map.remove(&k);
-                }
-            }
+            W::DelRange(a, b) => common::remove_range(map, a, b),
         }
     }
 }

@@ -269,28 +269,10 @@ fn apply(map: &mut Map, ws: &[W]) {
                 map.remove(&k.0);
             }
             W::Upsert(k, n) => {
-                // The oracle's own reading of add-u64: missing bytes are zero, extra ignored.
-                let old = map.get(&k.0).map_or(0, |v| {
-                    let mut b = [0u8; 8];
-                    let m = v.len().min(8);
-                    b[..m].copy_from_slice(&v[..m]);
-                    u64::from_le_bytes(b)
-                });
-                map.insert(
-                    k.0.clone(),
-                    old.wrapping_add(*n).to_le_bytes().to_vec().into(),
-                );
+                let sum = common::add_u64(map.get(&k.0).map(|v| &v[..]), *n);
+                map.insert(k.0.clone(), sum.into());
             }
-            W::DelRange(a, b) => {
-                let doomed: Vec<Vec<u8>> = map
-                    .range(a.0.clone()..)
-                    .take_while(|(k, _)| **k < b.0)
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                for k in doomed {
-                    map.remove(&k);
-                }
-            }
+            W::DelRange(a, b) => common::remove_range(map, &a.0, &b.0),
         }
     }
 }

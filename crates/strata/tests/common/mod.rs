@@ -164,6 +164,29 @@ pub fn dump(db: &Db) -> BTreeMap<Vec<u8>, Vec<u8>> {
     out
 }
 
+/// The oracles' reading of `AddU64`: the old value's first 8 bytes as a little-endian u64
+/// (missing bytes are zero, extra bytes ignored), plus `n`, wrapping.
+pub fn add_u64(old: Option<&[u8]>, n: u64) -> Vec<u8> {
+    let mut b = [0u8; 8];
+    if let Some(v) = old {
+        let m = v.len().min(8);
+        b[..m].copy_from_slice(&v[..m]);
+    }
+    u64::from_le_bytes(b).wrapping_add(n).to_le_bytes().to_vec()
+}
+
+/// Remove every key k with `start <= k < end` from an oracle's map.
+pub fn remove_range<V>(map: &mut BTreeMap<Vec<u8>, V>, start: &[u8], end: &[u8]) {
+    let doomed: Vec<Vec<u8>> = map
+        .range(start.to_vec()..)
+        .take_while(|(k, _)| k.as_slice() < end)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for k in doomed {
+        map.remove(&k);
+    }
+}
+
 /// A seeded generator for test runs and value contents: the library's SplitMix64.
 #[derive(Clone, Debug)]
 pub struct Rng(strata::model::SplitMix64);
