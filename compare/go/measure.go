@@ -8,7 +8,9 @@
 //   - the block device's counters (/sys/dev/block/M:m/stat) of the filesystem holding the
 //     database, whole-device;
 //   - allocated bytes of a directory tree (st_blocks, so holes do not count);
-//   - peak and current resident memory (VmHWM, VmRSS in /proc/self/status);
+//   - peak, current and anonymous resident memory (VmHWM, VmRSS, RssAnon in /proc/self/status);
+//   - the bytes of a directory's files held in the OS page cache (mincore over a read-only map
+//     of each file, as fincore does), so an engine living in the page cache is charged for it;
 //   - dropping the OS page cache of a directory's files (fdatasync, then POSIX_FADV_DONTNEED);
 //   - latency samples summarised as nearest-rank quantiles.
 package main
@@ -21,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -170,24 +173,66 @@ func dropPageCache(dir string) {
 
 // rss is the resident memory of this process: (peak, current) in bytes.
 func rss() (uint64, uint64) {
+	f := statusKib("VmHWM:", "VmRSS:")
+	return f[0], f[1]
+}
+
+// rssAnon is the anonymous resident memory of this process (RssAnon): heaps, caches and
+// memtables, but not file pages mapped into it, which cachedBytes counts for the database.
+func rssAnon() uint64 { return statusKib("RssAnon:")[0] }
+
+// statusKib reads /proc/self/status once and gives the named fields (in kB there) in bytes,
+// 0 for a field that is not there.
+func statusKib(names ...string) []uint64 {
+	out := make([]uint64, len(names))
 	text, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return 0, 0
+		return out
 	}
-	kib := func(name string) uint64 {
-		for _, line := range strings.Split(string(text), "\n") {
+	for _, line := range strings.Split(string(text), "\n") {
+		for i, name := range names {
 			if rest, ok := strings.CutPrefix(line, name); ok {
 				v := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB"))
-				n, err := strconv.ParseUint(v, 10, 64)
-				if err != nil {
-					return 0
+				if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+					out[i] = n * 1024
 				}
-				return n * 1024
 			}
 		}
-		return 0
 	}
-	return kib("VmHWM:"), kib("VmRSS:")
+	return out
+}
+
+// cachedBytes is the bytes of the files under dir in the OS page cache now (whole pages).
+// Mapping a file read-only and asking mincore reads nothing and faults no page in.
+func cachedBytes(dir string) uint64 {
+	page := uint64(os.Getpagesize())
+	return walk(dir, func(path string, st *syscall.Stat_t) uint64 {
+		if st.Size <= 0 {
+			return 0
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return 0
+		}
+		defer f.Close()
+		m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			return 0
+		}
+		defer unix.Munmap(m)
+		vec := make([]byte, (uint64(st.Size)+page-1)/page)
+		// x/sys/unix has no wrapper for mincore(2) on Linux.
+		_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])),
+			uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0])))
+		if errno != 0 {
+			return 0
+		}
+		var n uint64
+		for _, b := range vec {
+			n += uint64(b & 1)
+		}
+		return n * page
+	})
 }
 
 // Latencies holds latency samples in nanoseconds.

@@ -3,6 +3,12 @@
 // the Rust harness, checking every read against the value last committed, and measuring each
 // phase from outside the engine (measure.go). The result serialises to the JSON of runner.rs's
 // RunResult and PhaseResult.
+//
+// As in runner.rs, the clock runs only inside the engine's calls (commits, reads, scans, read
+// views, the flush): making keys and values and checking what a read returned are outside it,
+// so both drivers time the same work. With spec.Flush a writing phase ends with Store.Flush,
+// timed apart; with spec.ReadGroup point reads share a read view per group (a mixed round's
+// reads per round), ended before any write.
 package main
 
 import (
@@ -37,6 +43,13 @@ type Store interface {
 	Get(key, out []byte) (value []byte, found bool, err error)
 	// Scan visits up to limit records from the first key >= start, in order; how many there were.
 	Scan(start []byte, limit int) (int, error)
+	// Flush makes everything committed durable in the engine's own files (not only its log)
+	// with the engine's own call, and returns once it is.
+	Flush() error
+	// BeginReads starts a group of reads (and scans) that may share one read view; EndReads
+	// ends it, before any write. Engines whose reads need no transaction do nothing.
+	BeginReads() error
+	EndReads() error
 	// EngineBytesWritten is the engine's own count of bytes written, where it keeps one.
 	EngineBytesWritten() *uint64
 	// Close closes cleanly (what a reopen or the end of a run does).
@@ -56,7 +69,10 @@ type PhaseResult struct {
 	Phase               string  `json:"phase"`
 	Ops                 uint64  `json:"ops"`
 	Secs                float64 `json:"secs"`
+	FlushSecs           float64 `json:"flush_secs"`
+	WallSecs            float64 `json:"wall_secs"`
 	OpsPerSec           float64 `json:"ops_per_sec"`
+	AckedOpsPerSec      float64 `json:"acked_ops_per_sec"`
 	ReadP50Us           float64 `json:"read_p50_us"`
 	ReadP99Us           float64 `json:"read_p99_us"`
 	Commits             uint64  `json:"commits"`
@@ -66,12 +82,16 @@ type PhaseResult struct {
 	ProcessBytesWritten uint64  `json:"process_bytes_written"`
 	StorageBytesWritten uint64  `json:"storage_bytes_written"`
 	ProcessBytesRead    uint64  `json:"process_bytes_read"`
+	FlushBytesWritten   uint64  `json:"flush_bytes_written"`
 	EngineBytesWritten  *uint64 `json:"engine_bytes_written"`
 	DeviceBytesWritten  *uint64 `json:"device_bytes_written"`
 	DeviceReads         *uint64 `json:"device_reads"`
 	DiskBytes           uint64  `json:"disk_bytes"`
 	LiveBytes           uint64  `json:"live_bytes"`
 	WrongReads          uint64  `json:"wrong_reads"`
+	RssAnonBytes        uint64  `json:"rss_anon_bytes"`
+	CachedBytes         uint64  `json:"cached_bytes"`
+	MemoryBytes         uint64  `json:"memory_bytes"`
 }
 
 // RunResult is one engine's run of a spec.
@@ -85,6 +105,9 @@ type RunResult struct {
 	PeakRssBytes uint64  `json:"peak_rss_bytes"`
 	RssBytes     uint64  `json:"rss_bytes"`
 	Secs         float64 `json:"secs"`
+	// Bytes the closed database occupies after the last phase, and the live logical bytes.
+	DiskBytesAtRest uint64 `json:"disk_bytes_at_rest"`
+	LiveBytesAtRest uint64 `json:"live_bytes_at_rest"`
 }
 
 // Progress is told the phase's label, operations done and the phase's total.
@@ -129,14 +152,16 @@ func run(engine Engine, spec *Spec, dir string, progress Progress) (*RunResult, 
 	}
 	peak, current := rss()
 	return &RunResult{
-		Engine:       engine.Name(),
-		Version:      engine.Version(),
-		Settings:     engine.Settings(cfg),
-		Spec:         *spec,
-		Phases:       phases,
-		PeakRssBytes: peak,
-		RssBytes:     current,
-		Secs:         time.Since(started).Seconds(),
+		DiskBytesAtRest: allocatedBytes(dir),
+		LiveBytesAtRest: h.live() * (spec.KeySize + spec.ValueSize),
+		Engine:          engine.Name(),
+		Version:         engine.Version(),
+		Settings:        engine.Settings(cfg),
+		Spec:            *spec,
+		Phases:          phases,
+		PeakRssBytes:    peak,
+		RssBytes:        current,
+		Secs:            time.Since(started).Seconds(),
 	}, nil
 }
 
@@ -158,7 +183,11 @@ type harness struct {
 
 // tally holds the counters of one phase while it runs.
 type tally struct {
-	ops         uint64
+	ops uint64
+	// Time inside the engine's calls.
+	busy time.Duration
+	// A read view is open (Store.BeginReads).
+	inGroup     bool
 	reads       Latencies
 	commits     Latencies
 	commitCount uint64
@@ -206,18 +235,32 @@ func (h *harness) phase(engine Engine, cfg Config, dir string, phase Phase, inde
 		}
 	}
 	var err error
+	group := h.spec.ReadGroup
 	switch phase.Kind {
 	case KindLoad:
 		err = h.load(t, report)
 	case KindReopen:
+		start := time.Now()
 		err = h.reopen(engine, cfg, dir, false)
+		t.busy += time.Since(start)
 	case KindReads:
 		chooser := newChooser(phase.Dist, h.firstLive, h.live())
 		for i := uint64(0); i < phase.Ops && err == nil; i++ {
+			if group > 0 && i%group == 0 {
+				if err = h.endReads(t); err == nil {
+					err = h.beginReads(t)
+				}
+				if err != nil {
+					break
+				}
+			}
 			err = h.read(chooser.pick(rng), t)
 			if i%1024 == 0 {
 				report(i, phase.Ops)
 			}
+		}
+		if err == nil {
+			err = h.endReads(t)
 		}
 		t.ops = phase.Ops
 	case KindScans:
@@ -239,7 +282,20 @@ func (h *harness) phase(engine Engine, cfg Config, dir string, phase Phase, inde
 	if err != nil {
 		return PhaseResult{}, err
 	}
-	secs := time.Since(started).Seconds()
+	var flushSecs float64
+	var flushBytes uint64
+	writes := phase.Kind == KindLoad || phase.Kind == KindMixed || phase.Kind == KindDeletes
+	if h.spec.Flush && writes {
+		before := procIoNow()
+		start := time.Now()
+		if err := h.store.Flush(); err != nil {
+			return PhaseResult{}, err
+		}
+		flushSecs = time.Since(start).Seconds()
+		flushBytes = procIoNow().since(before).Wchar
+	}
+	wallSecs := time.Since(started).Seconds()
+	secs := t.busy.Seconds()
 	// After a reopen the engine's counter restarts; only a phase on one store compares.
 	var engineBytes *uint64
 	if engineAfter := h.store.EngineBytesWritten(); phase.Kind != KindReopen && engineBefore != nil && engineAfter != nil {
@@ -254,15 +310,22 @@ func (h *harness) phase(engine Engine, cfg Config, dir string, phase Phase, inde
 			devWritten, devReads = &d.BytesWritten, &d.Reads
 		}
 	}
-	opsPerSec := 0.0
-	if secs > 0 {
-		opsPerSec = float64(t.ops) / secs
+	perSec := func(s float64) float64 {
+		if s > 0 {
+			return float64(t.ops) / s
+		}
+		return 0
 	}
+	anon := rssAnon()
+	cached := cachedBytes(dir)
 	return PhaseResult{
 		Phase:               label,
 		Ops:                 t.ops,
 		Secs:                secs,
-		OpsPerSec:           opsPerSec,
+		FlushSecs:           flushSecs,
+		WallSecs:            wallSecs,
+		OpsPerSec:           perSec(secs + flushSecs),
+		AckedOpsPerSec:      perSec(secs),
 		ReadP50Us:           t.reads.quantileUs(0.50),
 		ReadP99Us:           t.reads.quantileUs(0.99),
 		Commits:             t.commitCount,
@@ -272,16 +335,49 @@ func (h *harness) phase(engine Engine, cfg Config, dir string, phase Phase, inde
 		ProcessBytesWritten: proc.Wchar,
 		StorageBytesWritten: proc.WriteBytes,
 		ProcessBytesRead:    proc.ReadBytes,
+		FlushBytesWritten:   flushBytes,
 		EngineBytesWritten:  engineBytes,
 		DeviceBytesWritten:  devWritten,
 		DeviceReads:         devReads,
 		DiskBytes:           allocatedBytes(dir),
 		LiveBytes:           h.live() * (h.spec.KeySize + h.spec.ValueSize),
 		WrongReads:          t.wrong,
+		RssAnonBytes:        anon,
+		CachedBytes:         cached,
+		MemoryBytes:         anon + cached,
 	}, nil
 }
 
+// beginReads opens a read view for the reads that follow, if the spec groups reads and none is
+// open.
+func (h *harness) beginReads(t *tally) error {
+	if h.spec.ReadGroup == 0 || t.inGroup {
+		return nil
+	}
+	start := time.Now()
+	err := h.store.BeginReads()
+	t.busy += time.Since(start)
+	t.inGroup = err == nil
+	return err
+}
+
+// endReads closes the open read view, if any (before a write, and at the end of a group).
+func (h *harness) endReads(t *tally) error {
+	if !t.inGroup {
+		return nil
+	}
+	start := time.Now()
+	err := h.store.EndReads()
+	t.busy += time.Since(start)
+	t.inGroup = false
+	return err
+}
+
 func (h *harness) commit(batch []Write, t *tally) error {
+	// A read view never spans a write.
+	if err := h.endReads(t); err != nil {
+		return err
+	}
 	if len(batch) == 0 {
 		return nil
 	}
@@ -289,7 +385,9 @@ func (h *harness) commit(batch []Write, t *tally) error {
 	if err := h.store.Write(batch); err != nil {
 		return err
 	}
-	t.commits.record(uint64(time.Since(start).Nanoseconds()))
+	took := time.Since(start)
+	t.busy += took
+	t.commits.record(uint64(took.Nanoseconds()))
 	t.commitCount++
 	for _, w := range batch {
 		t.logical += uint64(len(w.Key))
@@ -353,7 +451,8 @@ func (h *harness) deletes(ops uint64, t *tally, report func(uint64, uint64)) err
 	return nil
 }
 
-// read reads record r and checks it against its last committed version.
+// read reads record r and checks it against its last committed version (the key and the
+// expected value are made, and the check done, outside the clock).
 func (h *harness) read(r uint64, t *tally) error {
 	h.key = h.records.key(r, h.key)
 	h.expected = h.records.valueVersion(r, h.versions[r], h.expected)
@@ -362,7 +461,9 @@ func (h *harness) read(r uint64, t *tally) error {
 	if err != nil {
 		return err
 	}
-	t.reads.record(uint64(time.Since(start).Nanoseconds()))
+	took := time.Since(start)
+	t.busy += took
+	t.reads.record(uint64(took.Nanoseconds()))
 	if !found || !bytes.Equal(got, h.expected) {
 		t.wrong++
 	}
@@ -377,7 +478,9 @@ func (h *harness) scan(r, n uint64, t *tally) error {
 	if err != nil {
 		return err
 	}
-	t.reads.record(uint64(time.Since(start).Nanoseconds()))
+	took := time.Since(start)
+	t.busy += took
+	t.reads.record(uint64(took.Nanoseconds()))
 	// The scan starts at a live key, so it sees at least that one.
 	if seen == 0 {
 		t.wrong++
@@ -400,6 +503,10 @@ func (h *harness) mixed(ops uint64, m Mix, dist Dist, scanLen uint64, rng *Rng, 
 			roll := uint32(rng.below(100))
 			edge := m.Read
 			if roll < edge {
+				// The round's reads share one view, opened at its first read.
+				if err := h.beginReads(t); err != nil {
+					return err
+				}
 				if err := h.read(chooser.pick(rng), t); err != nil {
 					return err
 				}
@@ -421,12 +528,18 @@ func (h *harness) mixed(ops uint64, m Mix, dist Dist, scanLen uint64, rng *Rng, 
 			}
 			edge += m.Scan
 			if roll < edge {
+				if err := h.beginReads(t); err != nil {
+					return err
+				}
 				if err := h.scan(chooser.pick(rng), scanLen, t); err != nil {
 					return err
 				}
 				continue
 			}
 			r := chooser.pick(rng)
+			if err := h.beginReads(t); err != nil {
+				return err
+			}
 			if err := h.read(r, t); err != nil {
 				return err
 			}

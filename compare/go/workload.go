@@ -218,6 +218,11 @@ type Spec struct {
 	CacheBytes uint64  `json:"cache_bytes"`
 	Seed       uint64  `json:"seed"`
 	Phases     []Phase `json:"phases"`
+	// Each writing phase ends with the engine's durable flush, timed and counted with it.
+	Flush bool `json:"flush"`
+	// Point reads per read view (a read transaction) on engines whose reads need one; a mixed
+	// round's reads share one view, ended before the round commits. 0: one per read.
+	ReadGroup uint64 `json:"read_group"`
 }
 
 type specJSON struct {
@@ -231,9 +236,12 @@ type specJSON struct {
 	CacheBytes *uint64  `json:"cache_bytes"`
 	Seed       *uint64  `json:"seed"`
 	Phases     *[]Phase `json:"phases"`
+	Flush      *bool    `json:"flush"`
+	ReadGroup  *uint64  `json:"read_group"`
 }
 
-// parseSpec reads a spec as serde would: every field is required.
+// parseSpec reads a spec as serde would: every field is required but flush and read_group,
+// which default to false and 0 (#[serde(default)]).
 func parseSpec(b []byte) (*Spec, error) {
 	var j specJSON
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -259,11 +267,18 @@ func parseSpec(b []byte) (*Spec, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("the spec does not parse: missing field `%s`", missing[0])
 	}
-	return &Spec{
+	spec := &Spec{
 		Name: *j.Name, Records: *j.Records, KeySize: *j.KeySize, ValueSize: *j.ValueSize,
 		Order: *j.Order, Batch: *j.Batch, Sync: *j.Sync, CacheBytes: *j.CacheBytes,
 		Seed: *j.Seed, Phases: *j.Phases,
-	}, nil
+	}
+	if j.Flush != nil {
+		spec.Flush = *j.Flush
+	}
+	if j.ReadGroup != nil {
+		spec.ReadGroup = *j.ReadGroup
+	}
+	return spec, nil
 }
 
 // records is the spec's record generator, sized for inserts beyond the load.

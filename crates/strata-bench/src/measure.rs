@@ -10,7 +10,10 @@
 //!   database: completed reads and sectors written, whole-device, so other processes and the
 //!   filesystem's journal show up in them too;
 //! - allocated bytes of a directory tree (st_blocks, so sparse holes do not count);
-//! - peak and current resident memory (`/proc/self/status`);
+//! - peak, current and anonymous resident memory (`/proc/self/status`);
+//! - the bytes of a directory's files held in the OS page cache (`mincore` over a read-only
+//!   map of each file, what `fincore` prints), so that an engine living in the page cache is
+//!   charged for it as one living in its own heap is;
 //! - dropping the OS page cache of a directory's files (fdatasync, then POSIX_FADV_DONTNEED),
 //!   for cold-cache reads without root.
 
@@ -141,16 +144,74 @@ pub fn drop_page_cache(dir: &Path) {
 
 /// Resident memory of this process: (peak, current) in bytes.
 pub fn rss() -> (u64, u64) {
+    let [peak, current] = status_kib(["VmHWM:", "VmRSS:"]);
+    (peak, current)
+}
+
+/// Anonymous resident memory of this process (`RssAnon`): heaps, caches and memtables, but not
+/// file pages mapped into it (an mmap engine's data, the program's own code), which
+/// `cached_bytes` counts for the database's files.
+pub fn rss_anon() -> u64 {
+    let [anon] = status_kib(["RssAnon:"]);
+    anon
+}
+
+/// `/proc/self/status` fields given in kB there, in bytes (0 where there is none), from one
+/// reading of the file so that they agree with each other.
+fn status_kib<const N: usize>(names: [&str; N]) -> [u64; N] {
     let Ok(text) = fs::read_to_string("/proc/self/status") else {
-        return (0, 0);
+        return [0; N];
     };
-    let kib = |name: &str| {
+    names.map(|name| {
         text.lines()
             .find_map(|l| l.strip_prefix(name))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             .map_or(0, |k| k * 1024)
+    })
+}
+
+/// Bytes of the files under `dir` that sit in the OS page cache now (whole pages). Mapping a
+/// file read-only and asking `mincore` reads nothing and does not fault pages in.
+pub fn cached_bytes(dir: &Path) -> u64 {
+    walk(dir, &mut |path, meta| file_cached_bytes(path, meta.len()))
+}
+
+fn file_cached_bytes(path: &Path, len: u64) -> u64 {
+    use std::os::fd::AsRawFd;
+    if len == 0 {
+        return 0;
+    }
+    let Ok(file) = fs::File::open(path) else {
+        return 0;
     };
-    (kib("VmHWM:"), kib("VmRSS:"))
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    let Ok(len) = usize::try_from(len) else {
+        return 0;
+    };
+    // SAFETY: a fresh read-only shared map of an open file, unmapped below; nothing reads it.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return 0;
+    }
+    let mut vec = vec![0u8; len.div_ceil(page as usize)];
+    // SAFETY: `addr..addr + len` is the map made above and `vec` has a byte per page of it.
+    let ok = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) } == 0;
+    // SAFETY: the map made above, no longer used.
+    unsafe { libc::munmap(addr, len) };
+    if !ok {
+        return 0;
+    }
+    vec.iter().filter(|&&b| b & 1 == 1).count() as u64 * page
 }
 
 /// Latency samples in nanoseconds, summarised as percentiles.
@@ -203,6 +264,32 @@ mod tests {
         assert!((64 << 10..(1 << 20)).contains(&allocated), "{allocated}");
         assert_eq!(file_bytes(dir.path()), (64 << 10) + (1 << 30));
         drop_page_cache(dir.path());
+    }
+
+    #[test]
+    fn cached_bytes_follow_the_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = fs::File::create(dir.path().join("c")).unwrap();
+        f.write_all(&vec![3u8; 1 << 20]).unwrap();
+        f.sync_all().unwrap();
+        fs::File::create(dir.path().join("empty")).unwrap();
+        // Just written: the pages are in the cache (a tmpfs keeps them there for good).
+        assert_eq!(cached_bytes(dir.path()), 1 << 20);
+        drop_page_cache(dir.path());
+        let after = cached_bytes(dir.path());
+        let tmpfs = after == 1 << 20;
+        assert!(tmpfs || after < 64 << 10, "{after} bytes still cached");
+        // Reading a quarter of the file brings (at least) that quarter back.
+        if !tmpfs {
+            let mut buf = vec![0u8; 256 << 10];
+            use std::io::Read;
+            fs::File::open(dir.path().join("c"))
+                .unwrap()
+                .read_exact(&mut buf)
+                .unwrap();
+            assert!(cached_bytes(dir.path()) >= 256 << 10);
+        }
+        assert!(rss_anon() > 0 || !Path::new("/proc/self/status").exists());
     }
 
     #[test]

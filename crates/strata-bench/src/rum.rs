@@ -3,17 +3,35 @@
 //! amplification depends on scale (`scale_spec` at several record counts).
 //!
 //! This module turns runs into rows: ops/s is the median over repeated runs of an engine, the
-//! amplifications come from the first run (they are counts, not times). WA is the bytes the
-//! process handed to write calls (`/proc/self/io` wchar) during the load and the warm reads that
-//! follow it, over the logical bytes loaded: an LSM-tree is still compacting when the load
-//! returns, and that work belongs to the load. For strata the engine's own counter is shown
-//! beside it as a cross-check. SA is the bytes allocated under the database directory after the
-//! load over the live logical bytes.
+//! amplifications come from the first run (they are counts, not times).
+//! - Write ops/s is the records loaded over the load and the engine's durable flush after it
+//!   (a checkpoint, memtables written out): what it took to get the records into the engine's
+//!   files, not only its log. The acknowledged-only rate and the flush's own time are beside it.
+//!   Mixed ops/s counts the flush that ends the mixed phase the same way.
+//! - WA is the bytes the process handed to write calls (`/proc/self/io` wchar) during the load,
+//!   its flush and the warm reads that follow, over the logical bytes loaded: an LSM-tree is
+//!   still compacting after its flush, and that work belongs to the load. For strata the
+//!   engine's own counter is shown beside it as a cross-check.
+//! - SA is the bytes the database occupies once closed after the last phase (every file under
+//!   its directory, logs included) over the live logical bytes then: the files at rest, the
+//!   same reference point for every engine.
+//! - Memory is the most, at the end of any phase, of the process's anonymous resident memory
+//!   plus the page cache held by the database's files, so an engine that lives in the page
+//!   cache is charged for it.
 
 use serde::{Deserialize, Serialize};
 
 use crate::runner::{PhaseResult, RunResult};
 use crate::workload::{Phase, Spec};
+
+/// The cache of the comparison's second setting, with the data beyond memory: the largest
+/// power of two of at most a quarter of the logical bytes (so the data is at least 4× the
+/// cache: 2 MiB for 100K records, 16 MiB for 1M, 256 MiB for 10M), and no less than 1 MiB.
+pub fn beyond_memory_cache(spec: &Spec) -> u64 {
+    let logical = spec.records * (spec.key_size + spec.value_size) as u64;
+    let quarter = (logical / 4).max(1);
+    (1u64 << quarter.ilog2()).max(1 << 20)
+}
 
 /// A load-only spec of `records`, for write and space amplification at scale.
 pub fn scale_spec(records: u64) -> Spec {
@@ -30,8 +48,18 @@ pub struct Row {
     pub version: String,
     pub settings: String,
     pub runs: usize,
+    /// Records over (load + flush) seconds.
     pub write_ops: f64,
+    /// Records over the load's seconds alone: acknowledged, maybe only in a log.
+    #[serde(default)]
+    pub acked_write_ops: f64,
+    /// Seconds of the flush after the load and after the mixed phase.
+    #[serde(default)]
+    pub load_flush_secs: f64,
+    #[serde(default)]
+    pub mixed_flush_secs: f64,
     pub read_ops: f64,
+    /// Mixed operations over (mixed + flush) seconds.
     pub mixed_ops: f64,
     pub cold_read_ops: f64,
     /// Device reads per cold point read (whole-device counter), where known.
@@ -39,7 +67,11 @@ pub struct Row {
     pub write_amplification: f64,
     /// strata's own count of bytes written over the logical bytes, beside the process's.
     pub engine_write_amplification: Option<f64>,
+    /// At rest, after the final close.
     pub space_amplification: f64,
+    /// The most anonymous memory + page cache of its files at the end of any phase, over runs.
+    #[serde(default)]
+    pub memory_bytes: u64,
     pub peak_rss_bytes: u64,
     /// Latency quantiles in µs, each the median over runs (see `Latency`).
     pub latency: Latency,
@@ -83,6 +115,7 @@ pub fn row(runs: &[RunResult]) -> Row {
         median(runs.iter().filter_map(|r| r.phase(label)).map(f).collect())
     };
     let ops = |label: &str| over_runs(label, |p| p.ops_per_sec);
+    let flush = |label: &str| over_runs(label, |p| p.flush_secs);
     let load = first.phase("load").cloned().unwrap_or_default();
     let cold = first.phase("reads-cold");
     // The load's writes, and the background writes that trail into the read-only phases next.
@@ -102,6 +135,9 @@ pub fn row(runs: &[RunResult]) -> Row {
         settings: first.settings.clone(),
         runs: runs.len(),
         write_ops: ops("load"),
+        acked_write_ops: over_runs("load", |p| p.acked_ops_per_sec),
+        load_flush_secs: flush("load"),
+        mixed_flush_secs: flush("mixed"),
         read_ops: ops("reads"),
         mixed_ops: ops("mixed"),
         cold_read_ops: ops("reads-cold"),
@@ -111,7 +147,8 @@ pub fn row(runs: &[RunResult]) -> Row {
         engine_write_amplification: load
             .engine_bytes_written
             .map(|b| b as f64 / load.logical_bytes_written.max(1) as f64),
-        space_amplification: load.space_amplification(),
+        space_amplification: first.space_amplification_at_rest(),
+        memory_bytes: runs.iter().map(RunResult::memory_bytes).max().unwrap_or(0),
         peak_rss_bytes: runs.iter().map(|r| r.peak_rss_bytes).max().unwrap_or(0),
         latency: Latency {
             read_p50_us: over_runs("reads", |p| p.read_p50_us),
@@ -141,13 +178,14 @@ pub struct ScalePoint {
     pub write_ops: f64,
 }
 
+/// WA of the load and its flush; SA at rest after the close.
 pub fn scale_point(run: &RunResult) -> ScalePoint {
     let load = run.phase("load").cloned().unwrap_or_default();
     ScalePoint {
         engine: run.engine.clone(),
         records: run.spec.records,
         write_amplification: load.write_amplification(),
-        space_amplification: load.space_amplification(),
+        space_amplification: run.space_amplification_at_rest(),
         write_ops: load.ops_per_sec,
     }
 }
@@ -165,7 +203,7 @@ pub fn ops(v: f64) -> String {
 /// The rows as a Markdown table.
 pub fn markdown(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| engine | write ops/s | read ops/s | mixed ops/s | cold read ops/s | device reads per cold read | WA | SA | peak RSS |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| engine | write ops/s (load + flush) | flush s | write ops/s acked | read ops/s | mixed ops/s (+ flush) | mixed flush s | cold read ops/s | device reads per cold read | WA | SA at rest | memory |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let wa = match r.engine_write_amplification {
@@ -173,19 +211,31 @@ pub fn markdown(rows: &[Row]) -> String {
             None => format!("{:.2}×", r.write_amplification),
         };
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {wa} | {:.2}× | {} MiB |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {wa} | {:.2}× | {} MiB |\n",
             r.engine,
             ops(r.write_ops),
+            seconds(r.load_flush_secs),
+            ops(r.acked_write_ops),
             ops(r.read_ops),
             ops(r.mixed_ops),
+            seconds(r.mixed_flush_secs),
             ops(r.cold_read_ops),
             r.cold_device_reads_per_op
                 .map_or_else(|| "-".into(), |v| format!("{v:.2}")),
             r.space_amplification,
-            r.peak_rss_bytes >> 20,
+            r.memory_bytes >> 20,
         ));
     }
     s
+}
+
+/// A flush's time: "0.41", "12.3"; "-" for none.
+fn seconds(s: f64) -> String {
+    match s {
+        s if s <= 0.0 => "-".into(),
+        s if s < 10.0 => format!("{s:.2}"),
+        s => format!("{s:.1}"),
+    }
 }
 
 /// Latency quantiles as a Markdown table, "p50 / p99" in µs per cell.
@@ -301,11 +351,17 @@ mod tests {
 
     fn run(write: f64, read: f64) -> RunResult {
         let mut load = phase("load", write);
+        load.acked_ops_per_sec = write * 2.0;
+        load.flush_secs = 0.5;
         load.logical_bytes_written = 116_000;
+        // The flush's bytes are part of the phase's.
         load.process_bytes_written = 232_000;
+        load.flush_bytes_written = 116_000;
         load.engine_bytes_written = Some(348_000);
-        load.disk_bytes = 145_000;
+        // SA comes from the files at rest, not from the load.
+        load.disk_bytes = 999_000;
         load.live_bytes = 116_000;
+        load.memory_bytes = 5 << 20;
         // Compaction trailing into the reads counts towards the load's WA.
         let mut reads = phase("reads", read);
         reads.process_bytes_written = 116_000;
@@ -313,17 +369,22 @@ mod tests {
         reads.read_p99_us = read;
         let mut cold = phase("reads-cold", 10.0);
         cold.device_reads = Some(1500);
+        cold.memory_bytes = 7 << 20;
         load.commit_p50_us = 1234.4;
         load.commit_p99_us = 56.78;
+        let mut mixed = phase("mixed", 5.0);
+        mixed.flush_secs = 2.0;
         RunResult {
             engine: "e".into(),
             version: "e 1".into(),
             settings: "s".into(),
             spec: Spec::rum(1000),
-            phases: vec![load, reads, phase("mixed", 5.0), cold],
+            phases: vec![load, reads, mixed, cold],
             peak_rss_bytes: 3 << 20,
             rss_bytes: 1 << 20,
             secs: 1.0,
+            disk_bytes_at_rest: 145_000,
+            live_bytes_at_rest: 116_000,
         }
     }
 
@@ -331,9 +392,12 @@ mod tests {
     fn rows_take_median_throughput_and_first_run_amplification() {
         let r = row(&[run(100.0, 7.0), run(300.0, 9.0), run(200.0, 8.0)]);
         assert_eq!((r.write_ops, r.read_ops, r.runs), (200.0, 8.0, 3));
+        assert_eq!(r.acked_write_ops, 400.0);
+        assert_eq!((r.load_flush_secs, r.mixed_flush_secs), (0.5, 2.0));
         assert_eq!(r.write_amplification, 3.0);
         assert_eq!(r.engine_write_amplification, Some(3.0));
         assert_eq!(r.space_amplification, 1.25);
+        assert_eq!(r.memory_bytes, 7 << 20);
         assert_eq!(r.cold_device_reads_per_op, Some(1.5));
         assert_eq!(median(vec![4.0, 1.0]), 2.5);
         assert_eq!((r.latency.read_p50_us, r.latency.read_p99_us), (0.8, 8.0));
@@ -346,10 +410,22 @@ mod tests {
         let md = markdown(&[r]);
         assert!(
             md.contains(
-                "| e | 200 | 8 | 5 | 10 | 1.50 | 3.00× (own count 3.00×) | 1.25× | 3 MiB |"
+                "| e | 200 | 0.50 | 400 | 8 | 5 | 2.00 | 10 | 1.50 | 3.00× (own count 3.00×) | 1.25× | 7 MiB |"
             ),
             "{md}"
         );
+    }
+
+    #[test]
+    fn the_beyond_memory_cache_is_at_most_a_quarter_of_the_data() {
+        let cache = |n| beyond_memory_cache(&Spec::rum(n));
+        assert_eq!(cache(100_000), 2 << 20);
+        assert_eq!(cache(1_000_000), 16 << 20);
+        assert_eq!(cache(10_000_000), 256 << 20);
+        assert_eq!(cache(1000), 1 << 20);
+        for n in [100_000, 1_000_000, 3_000_000, 10_000_000] {
+            assert!(n * 116 >= 4 * cache(n), "{n}");
+        }
     }
 
     #[test]

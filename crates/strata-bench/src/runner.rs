@@ -5,15 +5,26 @@
 //! apart; the logical bytes written (keys and values of puts, keys of deletes); the bytes the
 //! process wrote and read (`/proc/self/io`), the device's counters, and the engine's own counter
 //! where it has one; the bytes allocated under the directory after the phase and the live
-//! logical bytes, for space amplification. Every read of a live record is checked against the
-//! value the harness last committed for it; a miss or a wrong value is counted, never hidden.
+//! logical bytes; the memory the engine holds after it (anonymous resident memory plus the page
+//! cache of its files). After the last phase the database is closed and the bytes at rest are
+//! read, for space amplification. Every read of a live record is checked against the value the
+//! harness last committed for it; a miss or a wrong value is counted, never hidden.
+//!
+//! The clock runs only inside the engine's calls (commits, reads, scans, read views, the
+//! flush): generating keys and values and checking what a read returned are outside it, here
+//! and in the Go port, so both drivers time the same work. `wall_secs` keeps the phase's
+//! elapsed time with everything.
+//!
+//! With `Spec::flush` a writing phase ends with `Store::flush`, timed apart (`flush_secs`); its
+//! bytes count in the phase's, and `ops_per_sec` is over the phase and its flush together
+//! (`acked_ops_per_sec` leaves the flush out).
 //!
 //! Run one engine per process (`strata bench worker`) when comparing engines, so that the process
 //! counters and the peak resident memory are that engine's alone.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -27,8 +38,19 @@ pub struct PhaseResult {
     pub phase: String,
     /// Operations: records written, reads, scans, or mixed operations of every kind.
     pub ops: u64,
+    /// Time inside the engine's calls, the flush excluded.
     pub secs: f64,
+    /// The durable flush that ends a writing phase (0 without one).
+    #[serde(default)]
+    pub flush_secs: f64,
+    /// Elapsed time of the whole phase, the harness's own work and the flush included.
+    #[serde(default)]
+    pub wall_secs: f64,
+    /// ops / (secs + flush_secs): operations made durable in the engine's files per second.
     pub ops_per_sec: f64,
+    /// ops / secs: operations acknowledged per second, the flush left out.
+    #[serde(default)]
+    pub acked_ops_per_sec: f64,
     /// Single reads and scans, each timed (0 when the phase has none).
     pub read_p50_us: f64,
     pub read_p99_us: f64,
@@ -43,6 +65,9 @@ pub struct PhaseResult {
     pub process_bytes_written: u64,
     pub storage_bytes_written: u64,
     pub process_bytes_read: u64,
+    /// The part of `process_bytes_written` written by the flush.
+    #[serde(default)]
+    pub flush_bytes_written: u64,
     /// The engine's own count of bytes written, where it keeps one.
     pub engine_bytes_written: Option<u64>,
     /// The block device's counters over the phase (the whole device, journal included).
@@ -54,6 +79,14 @@ pub struct PhaseResult {
     pub live_bytes: u64,
     /// Reads of a live record that found nothing, or a value other than the last committed.
     pub wrong_reads: u64,
+    /// After the phase (and its flush): anonymous resident memory of the process, and the
+    /// bytes of the database's files in the OS page cache; `memory_bytes` is their sum.
+    #[serde(default)]
+    pub rss_anon_bytes: u64,
+    #[serde(default)]
+    pub cached_bytes: u64,
+    #[serde(default)]
+    pub memory_bytes: u64,
 }
 
 impl PhaseResult {
@@ -92,12 +125,32 @@ pub struct RunResult {
     pub peak_rss_bytes: u64,
     pub rss_bytes: u64,
     pub secs: f64,
+    /// Bytes the database occupies once closed after the last phase (every file under its
+    /// directory, logs included), and the live logical bytes then.
+    #[serde(default)]
+    pub disk_bytes_at_rest: u64,
+    #[serde(default)]
+    pub live_bytes_at_rest: u64,
 }
 
 impl RunResult {
     /// The first phase with this label.
     pub fn phase(&self, label: &str) -> Option<&PhaseResult> {
         self.phases.iter().find(|p| p.phase == label)
+    }
+
+    /// Bytes at rest per live logical byte, after the final close.
+    pub fn space_amplification_at_rest(&self) -> f64 {
+        ratio(self.disk_bytes_at_rest, self.live_bytes_at_rest)
+    }
+
+    /// The most memory the engine held at the end of any phase (`PhaseResult::memory_bytes`).
+    pub fn memory_bytes(&self) -> u64 {
+        self.phases
+            .iter()
+            .map(|p| p.memory_bytes)
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -136,6 +189,7 @@ pub fn run(
         next: 0,
         key: Vec::new(),
         value: Vec::new(),
+        expected: Vec::new(),
     };
     let mut phases = Vec::new();
     for (n, phase) in spec.phases.iter().enumerate() {
@@ -150,6 +204,7 @@ pub fn run(
         .close()
         .map_err(|e| fail("close", e))?;
     let (peak_rss_bytes, rss_bytes) = measure::rss();
+    let live_bytes_at_rest = h.live() * (spec.key_size + spec.value_size) as u64;
     Ok(RunResult {
         engine: engine.name().into(),
         version: engine.version(),
@@ -159,6 +214,8 @@ pub fn run(
         peak_rss_bytes,
         rss_bytes,
         secs: started.elapsed().as_secs_f64(),
+        disk_bytes_at_rest: engine.bytes_at_rest(dir),
+        live_bytes_at_rest,
     })
 }
 
@@ -174,12 +231,17 @@ struct Harness<'a> {
     next: u64,
     key: Vec<u8>,
     value: Vec<u8>,
+    expected: Vec<u8>,
 }
 
 /// Counters of one phase while it runs.
 #[derive(Default)]
 struct Tally {
     ops: u64,
+    /// Time inside the engine's calls.
+    busy: Duration,
+    /// A read view is open (`Store::begin_reads`).
+    in_group: bool,
     reads: Latencies,
     commits: Latencies,
     commit_count: u64,
@@ -235,18 +297,28 @@ impl Harness<'_> {
         let started = Instant::now();
         let mut t = Tally::default();
         let mut report = |done: u64, total: u64| progress(&label, done, total);
+        let group = self.spec.read_group;
         match phase {
             Phase::Load => self.load(&mut t, &mut report)?,
-            Phase::Reopen => self.reopen(engine, cfg, dir, false)?,
+            Phase::Reopen => {
+                let start = Instant::now();
+                self.reopen(engine, cfg, dir, false)?;
+                t.busy += start.elapsed();
+            }
             Phase::Reads { ops, dist, .. } => {
                 let chooser = Chooser::new(*dist, self.first_live, self.live());
                 for i in 0..*ops {
+                    if group > 0 && i % group == 0 {
+                        self.end_reads(&mut t)?;
+                        self.begin_reads(&mut t)?;
+                    }
                     let r = chooser.pick(&mut rng);
                     self.read(r, &mut t)?;
                     if i % 1024 == 0 {
                         report(i, *ops);
                     }
                 }
+                self.end_reads(&mut t)?;
                 t.ops = *ops;
             }
             Phase::Scans { ops, len, dist } => {
@@ -268,7 +340,21 @@ impl Harness<'_> {
             } => self.mixed(*ops, mix, *dist, *scan_len, &mut rng, &mut t, &mut report)?,
             Phase::Deletes { ops } => self.deletes(*ops, &mut t, &mut report)?,
         }
-        let secs = started.elapsed().as_secs_f64();
+        let writes = matches!(
+            phase,
+            Phase::Load | Phase::Mixed { .. } | Phase::Deletes { .. }
+        );
+        let mut flush_secs = 0.0;
+        let mut flush_bytes_written = 0;
+        if self.spec.flush && writes {
+            let before = ProcIo::now();
+            let start = Instant::now();
+            self.store().flush()?;
+            flush_secs = start.elapsed().as_secs_f64();
+            flush_bytes_written = ProcIo::now().since(&before).wchar;
+        }
+        let wall_secs = started.elapsed().as_secs_f64();
+        let secs = t.busy.as_secs_f64();
         // After a reopen the engine's counter restarts; only a phase on one store compares.
         let engine_after = self.store().engine_bytes_written();
         let engine_bytes_written = match (engine_before, engine_after, phase) {
@@ -279,11 +365,17 @@ impl Harness<'_> {
         let proc = ProcIo::now().since(&proc_before);
         let dev = device.and_then(|b| Some(BlockStat::of(dir)?.since(&b)));
         let live_bytes = self.live() * (self.spec.key_size + self.spec.value_size) as u64;
+        let rss_anon_bytes = measure::rss_anon();
+        let cached_bytes = measure::cached_bytes(dir);
+        let per_sec = |s: f64| if s > 0.0 { t.ops as f64 / s } else { 0.0 };
         Ok(PhaseResult {
             phase: label.clone(),
             ops: t.ops,
             secs,
-            ops_per_sec: if secs > 0.0 { t.ops as f64 / secs } else { 0.0 },
+            flush_secs,
+            wall_secs,
+            ops_per_sec: per_sec(secs + flush_secs),
+            acked_ops_per_sec: per_sec(secs),
             read_p50_us: t.reads.quantile_us(0.50),
             read_p99_us: t.reads.quantile_us(0.99),
             commits: t.commit_count,
@@ -293,22 +385,54 @@ impl Harness<'_> {
             process_bytes_written: proc.wchar,
             storage_bytes_written: proc.write_bytes,
             process_bytes_read: proc.read_bytes,
+            flush_bytes_written,
             engine_bytes_written,
             device_bytes_written: dev.map(|d| d.bytes_written),
             device_reads: dev.map(|d| d.reads),
             disk_bytes: measure::allocated_bytes(dir),
             live_bytes,
             wrong_reads: t.wrong,
+            rss_anon_bytes,
+            cached_bytes,
+            memory_bytes: rss_anon_bytes + cached_bytes,
         })
     }
 
+    /// Open a read view for the reads that follow, if the spec groups reads and none is open.
+    fn begin_reads(&mut self, t: &mut Tally) -> Res<()> {
+        if self.spec.read_group == 0 || t.in_group {
+            return Ok(());
+        }
+        let start = Instant::now();
+        self.store().begin_reads()?;
+        t.busy += start.elapsed();
+        t.in_group = true;
+        Ok(())
+    }
+
+    /// Close the open read view, if any (before a write, and at the end of a group).
+    fn end_reads(&mut self, t: &mut Tally) -> Res<()> {
+        if !t.in_group {
+            return Ok(());
+        }
+        let start = Instant::now();
+        self.store().end_reads()?;
+        t.busy += start.elapsed();
+        t.in_group = false;
+        Ok(())
+    }
+
     fn commit(&mut self, batch: &[Write], t: &mut Tally) -> Res<()> {
+        // A read view never spans a write (LMDB would refuse a write beside it on one thread).
+        self.end_reads(t)?;
         if batch.is_empty() {
             return Ok(());
         }
         let start = Instant::now();
         self.store().write(batch)?;
-        t.commits.record(start.elapsed().as_nanos() as u64);
+        let took = start.elapsed();
+        t.busy += took;
+        t.commits.record(took.as_nanos() as u64);
         t.commit_count += 1;
         t.logical += batch
             .iter()
@@ -373,22 +497,26 @@ impl Harness<'_> {
         Ok(())
     }
 
-    /// Read record r and check it against its last committed version.
+    /// Read record r and check it against its last committed version (the key and the
+    /// expected value are made, and the check done, outside the clock).
     fn read(&mut self, r: u64, t: &mut Tally) -> Res<()> {
         self.records.key(r, &mut self.key);
         let version = self.versions.get(&r).copied().unwrap_or(0);
-        let mut expected = Vec::new();
+        let mut expected = std::mem::take(&mut self.expected);
         self.records.value_version(r, version, &mut expected);
-        let start = Instant::now();
         let key = std::mem::take(&mut self.key);
         let mut got = std::mem::take(&mut self.value);
+        let start = Instant::now();
         let found = self.store().get(&key, &mut got)?;
-        t.reads.record(start.elapsed().as_nanos() as u64);
+        let took = start.elapsed();
+        t.busy += took;
+        t.reads.record(took.as_nanos() as u64);
         if !found || got != expected {
             t.wrong += 1;
         }
         self.key = key;
         self.value = got;
+        self.expected = expected;
         Ok(())
     }
 
@@ -397,7 +525,9 @@ impl Harness<'_> {
         let key = std::mem::take(&mut self.key);
         let start = Instant::now();
         let n = self.store().scan(&key, len as usize)?;
-        t.reads.record(start.elapsed().as_nanos() as u64);
+        let took = start.elapsed();
+        t.busy += took;
+        t.reads.record(took.as_nanos() as u64);
         // The scan starts at a live key, so it sees at least that one.
         if n == 0 {
             t.wrong += 1;
@@ -432,6 +562,8 @@ impl Harness<'_> {
                 let mut edge = mix.read;
                 if roll < edge {
                     let r = chooser.pick(rng);
+                    // The round's reads share one view, opened at its first read.
+                    self.begin_reads(t)?;
                     self.read(r, t)?;
                     continue;
                 }
@@ -454,10 +586,12 @@ impl Harness<'_> {
                 edge += mix.scan;
                 if roll < edge {
                     let r = chooser.pick(rng);
+                    self.begin_reads(t)?;
                     self.scan(r, scan_len, t)?;
                     continue;
                 }
                 let r = chooser.pick(rng);
+                self.begin_reads(t)?;
                 self.read(r, t)?;
                 let v = self.next_version(r, &pending);
                 pending.insert(r, v);

@@ -5,6 +5,15 @@
 //! An adapter commits each `write` call as one atomic batch, durably when the config asks for
 //! synced commits, using the engine's own documented setting for that (its `settings` says
 //! which). Reads see every committed write.
+//!
+//! Two calls exist so that every engine is held to the same rules:
+//! - `flush`: make durable in the engine's own files everything it holds only in memory and
+//!   its log, with the engine's own call for that (strata: a checkpoint; an LSM-tree: its
+//!   memtables written as tables). A spec with `flush` times it at the end of each writing
+//!   phase, so no engine defers its real writes past the measured window.
+//! - `begin_reads` / `end_reads`: a group of point reads that may share one read view. Engines
+//!   whose point read must go through a read transaction (LMDB, redb, bbolt) open one per
+//!   group; the others read directly, as they would anyway.
 
 use std::path::Path;
 
@@ -40,6 +49,21 @@ pub trait Store {
     fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
     /// Visit up to `limit` records from the first key ≥ `start`, in order; how many there were.
     fn scan(&mut self, start: &[u8], limit: usize) -> Result<usize>;
+    /// Make everything committed durable in the engine's own files (not only its log), with
+    /// the engine's own call for it, and return once it is. Engines that write their pages at
+    /// commit have nothing to do.
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Start a group of point reads (and scans) that may share one read view; the harness ends
+    /// it with `end_reads` before its next write. Engines whose reads need no transaction
+    /// ignore both.
+    fn begin_reads(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn end_reads(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// Bytes the engine itself counts as written to its files, where it keeps such a counter
     /// (strata does); the harness cross-checks it against the process's IO counter.
     fn engine_bytes_written(&self) -> Option<u64> {
@@ -58,6 +82,11 @@ pub trait Engine: Send + Sync {
     /// The settings it is opened with, for the report.
     fn settings(&self, cfg: &Config) -> String;
     fn open(&self, dir: &Path, cfg: &Config) -> Result<Box<dyn Store>>;
+    /// Bytes the closed database occupies: by default what is allocated to the files under
+    /// `dir` (an engine on a simulated disk, in tests, counts its own).
+    fn bytes_at_rest(&self, dir: &Path) -> u64 {
+        crate::measure::allocated_bytes(dir)
+    }
 }
 
 /// strata, with a chosen engine geometry.
@@ -134,9 +163,18 @@ impl Engine for Strata {
         } else {
             "WAL record handed to the OS, no fsync"
         };
+        let defaults = Options::default();
         format!(
-            "{geometry}; cache {} MiB; {durability}",
-            cfg.cache_bytes >> 20
+            "{geometry}; buffer pool {} MiB (default {} MiB; it holds the dirty nodes too, so it \
+             is all of strata's cache and write buffer); {durability}; flush: Db::checkpoint \
+             (every dirty node written, the data file and log synced, the log emptied); \
+             checkpoints otherwise once the log passes {} MiB and the dirty nodes' bytes \
+             (default); data file and log through the OS page cache (O_DIRECT off, the \
+             default); no compression (strata has none); point reads one by one (no \
+             snapshots)",
+            cfg.cache_bytes >> 20,
+            defaults.cache_bytes >> 20,
+            defaults.checkpoint_wal_bytes >> 20,
         )
     }
 
@@ -181,6 +219,10 @@ impl Store for StrataStore {
             n += 1;
         }
         Ok(n)
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        Ok(self.0.checkpoint()?)
     }
 
     fn engine_bytes_written(&self) -> Option<u64> {

@@ -15,6 +15,11 @@
 //! - `scans`: range scans of `len` records starting at a chosen loaded key;
 //! - `deletes`: delete `ops` distinct loaded records, in batches of `batch`.
 //!
+//! With `flush`, every phase that writes (load, mixed, deletes) ends with the engine's own
+//! durable flush of whatever it buffers (`Store::flush`: a checkpoint, memtables written out),
+//! timed and counted as part of the phase. With `read_group`, point reads go in groups of that
+//! many under one read view on engines whose reads need one (`Store::begin_reads`).
+//!
 //! Choices of record come from a seeded stream per phase, so a phase does the same operations
 //! whatever ran before it.
 
@@ -122,11 +127,21 @@ pub struct Spec {
     pub cache_bytes: u64,
     pub seed: u64,
     pub phases: Vec<Phase>,
+    /// Each writing phase ends with the engine's durable flush, timed and counted with it.
+    #[serde(default)]
+    pub flush: bool,
+    /// Point reads per read view (a read transaction) on engines whose reads need one; a
+    /// mixed round's reads share one view, ended before the round commits. 0: one per read.
+    #[serde(default)]
+    pub read_group: u64,
 }
 
 impl Spec {
     /// Seed 004's Table 4.1: 1M random 16-byte keys, 100-byte values, durable batches of 1,000;
-    /// write, read and a 50/50 mixed workload, then reads with a cold cache.
+    /// write, read and a 50/50 mixed workload, then reads with a cold cache. The load and the
+    /// mixed phase end with each engine's durable flush; reads go in groups of 1,000 per read
+    /// view; the cold phase makes 100,000 reads whatever the record count (uniform picks, so a
+    /// small load has keys read more than once).
     pub fn rum(records: u64) -> Spec {
         let reads = records.min(1_000_000);
         Spec {
@@ -157,11 +172,13 @@ impl Spec {
                     scan_len: default_scan_len(),
                 },
                 Phase::Reads {
-                    ops: reads.min(20_000),
+                    ops: 100_000,
                     dist: Dist::Uniform,
                     cold: true,
                 },
             ],
+            flush: true,
+            read_group: 1000,
         }
     }
 
@@ -237,6 +254,8 @@ impl Spec {
                     scan_len: 50,
                 },
             ],
+            flush: true,
+            read_group: 1000,
         })
     }
 

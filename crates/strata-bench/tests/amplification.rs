@@ -5,6 +5,12 @@
 //! - strata runs on a simulated disk whose every device is wrapped in a `Tap` that counts the
 //!   bytes handed to it: strata's own counter must equal the tap's at every reading, and the
 //!   row's engine WA must be the tap's bytes over the logical bytes.
+//! - With the flush that ends a writing phase, strata's row must include its checkpoint: the
+//!   tapped bytes of the checkpoint (at least every record once more, in the tree) are in its
+//!   WA, and its SA is the simulated files' bytes after the close over the live bytes.
+//! - `Memtable`, a store shaped like an LSM-tree (a journal of every batch, the records written
+//!   once more as a table by its flush, the journal dropped after), must come out at WA 2.00
+//!   with the flush and SA about 1 at rest, and its write rate must pay for the flush.
 //!
 //! The process counter is process-wide: these tests live in a file of their own and take
 //! `ONE_AT_A_TIME`, so that no other test writes while one reads `/proc/self/io`.
@@ -40,6 +46,16 @@ fn load_spec() -> Spec {
         cache_bytes: 8 << 20,
         seed: 7,
         phases: vec![Phase::Load],
+        flush: false,
+        read_group: 0,
+    }
+}
+
+/// The load above, ended by the engine's durable flush.
+fn flushed_load_spec() -> Spec {
+    Spec {
+        flush: true,
+        ..load_spec()
     }
 }
 
@@ -212,11 +228,13 @@ impl Env for TapEnv {
 }
 
 /// strata's B+-tree or Bε-tree on the tapped disk; every reading of strata's counter is logged
-/// with the tap's bytes since the database was opened.
+/// with the tap's bytes since the database was opened, and each flush (a checkpoint) logs the
+/// tap's bytes before and after it.
 struct TappedStrata {
     env: TapEnv,
     opts: fn() -> Options,
     readings: Arc<Mutex<Vec<(u64, u64)>>>,
+    flushes: Arc<Mutex<Vec<(u64, u64)>>>,
 }
 
 struct TappedStore {
@@ -224,6 +242,7 @@ struct TappedStore {
     tap_at_open: u64,
     env: TapEnv,
     readings: Arc<Mutex<Vec<(u64, u64)>>>,
+    flushes: Arc<Mutex<Vec<(u64, u64)>>>,
 }
 
 impl Engine for TappedStrata {
@@ -236,6 +255,16 @@ impl Engine for TappedStrata {
     fn settings(&self, _: &Config) -> String {
         "on a simulated disk".into()
     }
+    /// What the simulated files hold: the data file and the log, whatever their state.
+    fn bytes_at_rest(&self, _: &Path) -> u64 {
+        let files = self.env.sim.files();
+        files
+            .names()
+            .iter()
+            .filter_map(|n| files.get(n))
+            .map(|d| d.len().unwrap())
+            .sum()
+    }
     fn open(&self, _: &Path, cfg: &Config) -> Result<Box<dyn Store>> {
         let tap_at_open = self.env.written.load(SeqCst);
         let db = Db::open_in(
@@ -247,6 +276,7 @@ impl Engine for TappedStrata {
             tap_at_open,
             env: self.env.clone(),
             readings: self.readings.clone(),
+            flushes: self.flushes.clone(),
         }))
     }
 }
@@ -266,6 +296,13 @@ impl Store for TappedStore {
     }
     fn scan(&mut self, _: &[u8], _: usize) -> Result<usize> {
         Err("no scans".into())
+    }
+    fn flush(&mut self) -> Result<()> {
+        let before = self.env.written.load(SeqCst);
+        self.db.checkpoint()?;
+        let after = self.env.written.load(SeqCst);
+        self.flushes.lock().unwrap().push((before, after));
+        Ok(())
     }
     fn engine_bytes_written(&self) -> Option<u64> {
         let own = self.db.metrics().total_io().bytes_written;
@@ -298,6 +335,7 @@ fn strata_counts_exactly_the_bytes_its_devices_receive() {
             env: env.clone(),
             opts,
             readings: readings.clone(),
+            flushes: Arc::new(Mutex::new(Vec::new())),
         };
         let dir = tempfile::tempdir().unwrap();
         let r = run(&engine, &load_spec(), &dir.path().join("db"));
@@ -328,4 +366,207 @@ fn strata_counts_exactly_the_bytes_its_devices_receive() {
             );
         }
     }
+}
+
+type MakeOptions = fn() -> Options;
+
+/// Both strata trees with small nodes and a cache that holds all of the load, so no checkpoint
+/// runs inside the load and the tree is written only by the flush.
+const TREES: [(&str, MakeOptions); 2] = [
+    ("btree", || Options::default().btree(16 << 10)),
+    ("betree", || {
+        Options::default().betree(256 << 10, 8, 16 << 10)
+    }),
+];
+
+#[test]
+fn a_strata_row_counts_its_checkpoint_in_wa_and_its_files_at_rest_in_sa() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let logical = RECORDS * 116;
+    for (name, opts) in TREES {
+        let env = TapEnv {
+            sim: SimEnv::new(),
+            written: Arc::new(AtomicU64::new(0)),
+        };
+        let readings = Arc::new(Mutex::new(Vec::new()));
+        let flushes = Arc::new(Mutex::new(Vec::new()));
+        let engine = TappedStrata {
+            env: env.clone(),
+            opts,
+            readings: readings.clone(),
+            flushes: flushes.clone(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let r = run(&engine, &flushed_load_spec(), &dir.path().join("db"));
+        let load = r.phase("load").unwrap();
+        assert_eq!(load.logical_bytes_written, logical);
+        let flushes = flushes.lock().unwrap().clone();
+        assert_eq!(
+            flushes.len(),
+            1,
+            "{name}: one flush, at the end of the load"
+        );
+        let (before, after) = flushes[0];
+        let readings = readings.lock().unwrap().clone();
+        for &(own, tapped) in &readings {
+            assert_eq!(own, tapped, "{name}: strata's counter against the tap");
+        }
+        // The phase's count runs from before the load to after the flush: the log of every
+        // batch, then the checkpoint, which writes every record into the tree.
+        let (start, end) = (readings[0].1, readings[readings.len() - 1].1);
+        // One open on a fresh disk: bytes since the open are the tap's total.
+        assert_eq!(end, after, "{name}: the last reading follows the flush");
+        assert_eq!(load.engine_bytes_written, Some(end - start), "{name}");
+        let log = before - start;
+        let checkpoint = after - before;
+        assert!(log >= logical, "{name}: log {log} bytes for {logical}");
+        assert!(
+            checkpoint >= logical,
+            "{name}: the checkpoint wrote {checkpoint} bytes for {logical} in the tree"
+        );
+        let row = rum::row(std::slice::from_ref(&r));
+        let wa = row.engine_write_amplification.unwrap();
+        assert_eq!(wa, (log + checkpoint) as f64 / logical as f64, "{name}");
+        assert!(wa >= 2.0, "{name}: engine WA {wa} leaves the tree out");
+        assert!(load.flush_secs > 0.0 && load.ops_per_sec < load.acked_ops_per_sec);
+        // SA: what the simulated files hold after the close, over the live bytes.
+        let at_rest = engine.bytes_at_rest(dir.path());
+        assert_eq!(r.disk_bytes_at_rest, at_rest, "{name}");
+        assert_eq!(r.live_bytes_at_rest, logical, "{name}");
+        assert_eq!(
+            row.space_amplification,
+            at_rest as f64 / logical as f64,
+            "{name}"
+        );
+        assert!(
+            (1.0..3.0).contains(&row.space_amplification),
+            "{name}: SA {} at rest",
+            row.space_amplification
+        );
+    }
+}
+
+// ---- a store shaped like an LSM-tree --------------------------------------------------------
+
+/// A journal of every batch, and a flush that writes the buffered records once as a table and
+/// drops the journal: the bytes of each are known exactly.
+struct Memtable;
+
+struct MemtableStore {
+    dir: std::path::PathBuf,
+    journal: File,
+    tables: u64,
+    buffered: Vec<(Vec<u8>, Vec<u8>)>,
+    data: HashMap<Vec<u8>, Vec<u8>>,
+}
+
+impl Engine for Memtable {
+    fn name(&self) -> &str {
+        "memtable"
+    }
+    fn version(&self) -> String {
+        "test".into()
+    }
+    fn settings(&self, _: &Config) -> String {
+        "a journal, and a table per flush".into()
+    }
+    fn open(&self, dir: &Path, _: &Config) -> Result<Box<dyn Store>> {
+        let journal = File::options()
+            .create(true)
+            .append(true)
+            .open(dir.join("journal"))?;
+        Ok(Box::new(MemtableStore {
+            dir: dir.to_path_buf(),
+            journal,
+            tables: 0,
+            buffered: Vec::new(),
+            data: HashMap::new(),
+        }))
+    }
+}
+
+impl Store for MemtableStore {
+    fn write(&mut self, batch: &[Write]) -> Result<()> {
+        let mut bytes = Vec::new();
+        for w in batch {
+            let v = w.value.clone().ok_or("no deletes")?;
+            bytes.extend_from_slice(&w.key);
+            bytes.extend_from_slice(&v);
+            self.buffered.push((w.key.clone(), v.clone()));
+            self.data.insert(w.key.clone(), v);
+        }
+        self.journal.write_all(&bytes)?;
+        self.journal.sync_data()?;
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<()> {
+        let mut table = Vec::new();
+        for (k, v) in self.buffered.drain(..) {
+            table.extend_from_slice(&k);
+            table.extend_from_slice(&v);
+        }
+        let mut f = File::create(self.dir.join(format!("table{}", self.tables)))?;
+        f.write_all(&table)?;
+        f.sync_all()?;
+        self.tables += 1;
+        // The journal's records are in the table now.
+        self.journal.set_len(0)?;
+        self.journal.sync_all()?;
+        Ok(())
+    }
+    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        match self.data.get(key) {
+            Some(v) => {
+                out.clone_from(v);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+    fn scan(&mut self, _: &[u8], _: usize) -> Result<usize> {
+        Err("no scans".into())
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(self.journal.sync_all()?)
+    }
+}
+
+#[test]
+fn a_peer_row_counts_its_flush_in_wa_time_and_sa() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let r = run(&Memtable, &flushed_load_spec(), &dir.path().join("db"));
+    let load = r.phase("load").unwrap();
+    let logical = RECORDS * 116;
+    assert!(load.flush_secs > 0.0);
+    assert!(
+        load.ops_per_sec < load.acked_ops_per_sec,
+        "the write rate must pay for the flush: {} against {} acknowledged",
+        load.ops_per_sec,
+        load.acked_ops_per_sec
+    );
+    let row = rum::row(std::slice::from_ref(&r));
+    assert_eq!(row.write_ops, load.ops_per_sec);
+    assert_eq!(row.acked_write_ops, load.acked_ops_per_sec);
+    assert_eq!(row.load_flush_secs, load.flush_secs);
+    if cfg!(target_os = "linux") {
+        // The flush wrote the table: every record once more.
+        assert!(
+            load.flush_bytes_written >= logical && load.flush_bytes_written <= logical + (4 << 10),
+            "flush wrote {} for {logical}",
+            load.flush_bytes_written
+        );
+        assert!(
+            (row.write_amplification - 2.0).abs() < 0.01,
+            "WA {} (journal and table)",
+            row.write_amplification
+        );
+    }
+    // At rest only the table holds the records: SA about 1, in whole filesystem blocks.
+    assert_eq!(r.live_bytes_at_rest, logical);
+    assert!(
+        (1.0..1.1).contains(&row.space_amplification),
+        "SA {} at rest",
+        row.space_amplification
+    );
 }

@@ -67,6 +67,12 @@ fn rum_runs_every_engine_in_its_own_process() {
         // Every engine writes at least its data once.
         assert!(r["write_amplification"].as_f64().unwrap() >= 1.0, "{r}");
         assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["memory_bytes"].as_u64().unwrap() > 0, "{r}");
+        // The durable rate includes the flush; the acknowledged one does not.
+        assert!(
+            r["write_ops"].as_f64().unwrap() <= r["acked_write_ops"].as_f64().unwrap(),
+            "{r}"
+        );
     }
     let strata_row = &rows[0];
     assert!(strata_row["engine_write_amplification"].as_f64().unwrap() >= 1.0);
@@ -138,6 +144,7 @@ fn report_quick_writes_every_section() {
     for file in [
         "profile.svg",
         "rum.svg",
+        "rum-fits.svg",
         "sweep.svg",
         "profile.json",
         "rum.json",
@@ -149,7 +156,20 @@ fn report_quick_writes_every_section() {
     }
     let rum: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("rum.json")).unwrap()).unwrap();
-    assert_eq!(rum["rows"].as_array().unwrap().len(), 3);
+    // Two settings of the same records: the data beyond the cache (at least 1 MiB, so not 4×
+    // at this tiny size) and the seed's 256 MiB, where it fits.
+    for (setting, cache) in [("beyond_memory", 1u64 << 20), ("fits_in_memory", 256 << 20)] {
+        let o = &rum[setting];
+        assert_eq!(o["rows"].as_array().unwrap().len(), 3, "{setting}");
+        assert_eq!(o["spec"]["records"], 2000, "{setting}");
+        assert_eq!(o["spec"]["cache_bytes"], cache, "{setting}");
+        assert_eq!(o["spec"]["flush"], true, "{setting}");
+    }
+    for heading in ["### Data beyond the cache", "### Data within the cache"] {
+        assert!(md.contains(heading), "Markdown lacks {heading}");
+    }
+    // Every row's settings line states its flush.
+    assert_eq!(md.matches("flush:").count(), 3, "{md}");
     assert!(
         !dir.path().join("scratch").exists(),
         "the scratch directory is removed"

@@ -2,16 +2,21 @@
 //! by `lmdb-master-sys`.
 //!
 //! The environment lives in `DIR` (`data.mdb`, `lock.mdb`) with the unnamed database of raw
-//! bytes. Default environment flags: every commit is synced (LMDB writes the dirty pages, fsyncs,
-//! then writes and fsyncs the meta page); `NO_SYNC` when the config asks for no syncs. Each
-//! `write` is one write transaction; reads and scans each run in their own read transaction.
+//! bytes. Every commit is synced (LMDB's default: it writes the dirty pages, fsyncs, then writes
+//! and fsyncs the meta page); `NO_SYNC` when the config asks for no syncs. `NO_READ_AHEAD`
+//! (MDB_NORDAHEAD) is set: LMDB documents it for random reads on data larger than memory, and
+//! without it the first faults of a cold read read the whole file ahead, so the "cold" phase
+//! measured a warm map. Each `write` is one write transaction. A group of reads
+//! (`begin_reads`) shares one read transaction, as an application reading many keys would;
+//! outside a group each read and scan has its own. LMDB writes its pages at commit, so there is
+//! nothing to flush.
 
 use std::hint::black_box;
 use std::ops::Bound;
 use std::path::Path;
 
 use heed::types::Bytes;
-use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions};
+use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, RoTxn, WithTls};
 use strata_bench::store::{Config, Engine, Result, Store, Write};
 
 /// Address space reserved per expected record. The map is sparse (the file grows only as pages
@@ -55,9 +60,13 @@ impl Engine for Lmdb {
             "EnvFlags::NO_SYNC: each batch one write transaction, no fsync"
         };
         format!(
-            "unnamed database of Bytes; {durability}; map size {} MiB (sparse); no cache of its \
-             own: reads go through the OS page cache via mmap, so the {} MiB budget does not \
-             apply; no compression (LMDB has none); other flags default (read-ahead on)",
+            "unnamed database of Bytes; {durability}; map size {} MiB (sparse; the default 10 MiB \
+             cannot hold the data); MDB_NORDAHEAD (default off; LMDB's documented setting for \
+             random reads on data larger than memory, so a cold read faults in its pages, not \
+             the file); no cache of its own: reads go through the OS page cache via mmap, so \
+             the {} MiB budget does not apply (the memory column counts those pages); no \
+             compression (LMDB has none); point reads in groups under one read transaction; \
+             flush: nothing (pages are written at commit); other flags default",
             map_size(cfg.expected_records) >> 20,
             cfg.cache_bytes >> 20
         )
@@ -66,12 +75,15 @@ impl Engine for Lmdb {
     fn open(&self, dir: &Path, cfg: &Config) -> Result<Box<dyn Store>> {
         let mut options = EnvOpenOptions::new();
         options.map_size(map_size(cfg.expected_records));
+        let mut flags = EnvFlags::NO_READ_AHEAD;
         if !cfg.sync {
-            // SAFETY: NO_SYNC gives up durability of recent commits on a system crash, which is
-            // what an unsynced run asks for; it cannot corrupt memory.
-            unsafe {
-                options.flags(EnvFlags::NO_SYNC);
-            }
+            flags |= EnvFlags::NO_SYNC;
+        }
+        // SAFETY: NO_READ_AHEAD only advises the kernel about the map; NO_SYNC gives up
+        // durability of recent commits on a system crash, which is what an unsynced run asks
+        // for. Neither can corrupt memory.
+        unsafe {
+            options.flags(flags);
         }
         // SAFETY: this process opens the environment once at a time (heed refuses a second open
         // of the same path), no other process touches the directory, and the map is never
@@ -84,13 +96,29 @@ impl Engine for Lmdb {
                 Ok(CommitOrAbort::<_, ()>::Commit(db))
             })?
             .unwrap_commit();
-        Ok(Box::new(LmdbStore { env, db }))
+        Ok(Box::new(LmdbStore {
+            group: None,
+            env,
+            db,
+        }))
     }
 }
 
 struct LmdbStore {
+    /// The read transaction of the current group of reads (dropped before the env).
+    group: Option<RoTxn<'static, WithTls>>,
     env: Env,
     db: Database<'static, Bytes, Bytes>,
+}
+
+impl LmdbStore {
+    /// Run `f` in the group's read transaction, or in one of its own outside a group.
+    fn reading<R>(&self, f: impl FnOnce(&RoTxn<WithTls>) -> heed::Result<R>) -> Result<R> {
+        Ok(match &self.group {
+            Some(txn) => f(txn)?,
+            None => f(&self.env.read_txn()?)?,
+        })
+    }
 }
 
 impl Store for LmdbStore {
@@ -113,36 +141,52 @@ impl Store for LmdbStore {
             // LMDB cannot hold an empty key (it refuses it with MDB_BAD_VALSIZE).
             return Ok(false);
         }
-        let rtxn = self.env.read_txn()?;
-        match self.db.get(&rtxn, key)? {
-            Some(v) => {
-                out.clear();
-                out.extend_from_slice(v);
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        let db = self.db;
+        self.reading(|rtxn| {
+            Ok(match db.get(rtxn, key)? {
+                Some(v) => {
+                    out.clear();
+                    out.extend_from_slice(v);
+                    true
+                }
+                None => false,
+            })
+        })
     }
 
     fn scan(&mut self, start: &[u8], limit: usize) -> Result<usize> {
-        let rtxn = self.env.read_txn()?;
         // LMDB refuses an empty key even as a bound; every key is ≥ the empty one.
         let from = match start {
             [] => Bound::Unbounded,
             _ => Bound::Included(start),
         };
         let range = (from, Bound::Unbounded);
-        let mut n = 0;
-        for item in self.db.range(&rtxn, &range)?.take(limit) {
-            let (k, v) = item?;
-            black_box((k.len(), v.len()));
-            n += 1;
-        }
-        Ok(n)
+        let db = self.db;
+        self.reading(|rtxn| {
+            let mut n = 0;
+            for item in db.range(rtxn, &range)?.take(limit) {
+                let (k, v) = item?;
+                black_box((k.len(), v.len()));
+                n += 1;
+            }
+            Ok(n)
+        })
+    }
+
+    fn begin_reads(&mut self) -> Result<()> {
+        self.group = Some(self.env.clone().static_read_txn()?);
+        Ok(())
+    }
+
+    fn end_reads(&mut self) -> Result<()> {
+        // A read transaction ends by being dropped (mdb_txn_abort).
+        self.group = None;
+        Ok(())
     }
 
     fn close(self: Box<Self>) -> Result<()> {
-        let LmdbStore { env, db: _ } = *self;
+        let LmdbStore { group, env, db: _ } = *self;
+        drop(group);
         // The environment closes when its last handle goes; wait for that, so that a reopen of
         // the same directory in this process finds it closed.
         env.prepare_for_closing().wait();

@@ -1,6 +1,7 @@
 //! Every peer compiled in, and strata's own engines, through the harness: what each loaded it
-//! reads back, in every phase, across a reopen and a cold cache; scans return data; a synced
-//! store keeps its data across close and reopen.
+//! reads back, in every phase (reads grouped under read views, each writing phase ended by a
+//! flush), across a reopen and a cold cache; scans return data; a synced store keeps its data
+//! across close and reopen; a group of reads sees what was committed before it began.
 
 use std::path::Path;
 
@@ -53,6 +54,26 @@ fn check_run(r: &RunResult) {
     }
     let load = r.phase("load").unwrap();
     assert_eq!((load.ops, load.commits), (3000, 30), "{}", r.engine);
+    // The flush is timed with the load: the durable rate is never above the acknowledged one.
+    assert!(
+        load.flush_secs > 0.0 && load.ops_per_sec <= load.acked_ops_per_sec,
+        "{}: {load:?}",
+        r.engine
+    );
+    assert_eq!(
+        load.memory_bytes,
+        load.rss_anon_bytes + load.cached_bytes,
+        "{}",
+        r.engine
+    );
+    assert!(load.rss_anon_bytes > 0, "{}", r.engine);
+    assert!(r.disk_bytes_at_rest > 0, "{}: nothing at rest", r.engine);
+    assert_eq!(
+        r.live_bytes_at_rest,
+        r.phases.last().unwrap().live_bytes,
+        "{}",
+        r.engine
+    );
     assert_eq!(load.logical_bytes_written, 3000 * RECORD, "{}", r.engine);
     assert_eq!(load.live_bytes, 3000 * RECORD, "{}", r.engine);
     assert!(load.disk_bytes > 0, "{}: nothing on disk", r.engine);
@@ -184,6 +205,29 @@ fn synced_writes_survive_close_and_reopen() {
         assert_eq!(store.scan(&key(0), 1000).unwrap(), 400, "{name}");
         assert_eq!(store.scan(&key(450), 1000).unwrap(), 50, "{name}");
         assert_eq!(store.scan(b"zzz", 10).unwrap(), 0, "{name}");
+        store.close().unwrap();
+    }
+}
+
+#[test]
+fn read_groups_see_what_was_committed_before_them() {
+    for engine in engines() {
+        let name = engine.name().to_string();
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(engine.as_ref(), dir.path(), false);
+        let mut out = Vec::new();
+        for round in 0..3u32 {
+            let batch: Vec<Write> = (0..100).map(|i| put(&key(i), &value(i, round))).collect();
+            store.write(&batch).unwrap();
+            store.begin_reads().unwrap();
+            for i in (0..100).step_by(7) {
+                assert!(store.get(&key(i), &mut out).unwrap(), "{name}: key {i}");
+                assert_eq!(out, value(i, round), "{name}: key {i} in round {round}");
+            }
+            assert_eq!(store.scan(&key(50), 1000).unwrap(), 50, "{name}");
+            store.end_reads().unwrap();
+        }
+        store.flush().unwrap();
         store.close().unwrap();
     }
 }
