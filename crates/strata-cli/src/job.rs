@@ -252,7 +252,12 @@ fn comparison(
     records: u64,
     profile: &Path,
 ) -> Result<Section, Failure> {
-    let (available, notes) = compare::available_engines(compare::wants_go(&a.engines));
+    let with_go = compare::wants_go(&a.engines);
+    if with_go {
+        // The first run builds the Go driver here (minutes); say so, or seed 001 seems slow.
+        job.say("rum: finding the engines (the Go driver is built if its sources changed)");
+    }
+    let (available, notes) = compare::available_engines(with_go);
     let engines = if a.engines.is_empty() {
         available
     } else {
