@@ -169,12 +169,14 @@ impl Engine for Strata {
              is all of strata's cache and write buffer); {durability}; flush: Db::checkpoint \
              (every dirty node written, the data file and log synced, the log emptied); \
              checkpoints otherwise once the log passes {} MiB and the dirty nodes' bytes \
-             (default); data file and log through the OS page cache (O_DIRECT off, the \
+             (default); expected keys {} for the tuner (default {}); data file and log through the OS page cache (O_DIRECT off, the \
              default); no compression (strata has none); point reads one by one (no \
              snapshots)",
             cfg.cache_bytes >> 20,
             defaults.cache_bytes >> 20,
             defaults.checkpoint_wal_bytes >> 20,
+            cfg.expected_records,
+            defaults.expected_keys,
         )
     }
 

@@ -170,7 +170,9 @@ impl RumOutcome {
         let mut s = rum::markdown(&self.rows);
         s.push('\n');
         s.push_str(&rum::latency_markdown(&self.rows));
-        if !self.scale.is_empty() {
+        // With one record count the scale table would only repeat the main table's WA and SA.
+        let first = self.scale.first().map(|p| p.records);
+        if self.scale.iter().any(|p| Some(p.records) != first) {
             s.push('\n');
             s.push_str(&rum::scale_markdown(&self.scale));
         }
