@@ -28,11 +28,11 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use crate::batch::WriteBatch;
 use crate::betree::{self, BeTree, Geometry, Origin};
 use crate::btree::{self, BTree};
 use crate::engine::{CheckReport, Engine};
 use crate::error::{Error, Result};
+use crate::kv::WriteBatch;
 use crate::metrics::Metrics;
 use crate::options::{Durability, EngineOptions, Options};
 use crate::storage::{Commit, Device, Env, EnvLock, FileEnv, FileKind, IoStats, Metered, Pager};
@@ -326,7 +326,7 @@ impl Db {
     pub fn write_with(&self, batch: WriteBatch, durability: Durability) -> Result<()> {
         batch.validate()?;
         if batch.has_upserts() {
-            crate::engine::merge_operator(&self.opts.merge_operator)?;
+            crate::kv::merge_operator(&self.opts.merge_operator)?;
         }
         if batch.is_empty() {
             return Ok(());

@@ -1,7 +1,6 @@
 //! strata: an embeddable key-value storage engine whose data structures are tuned with cost
 //! models of the real device. Start at [`Db`].
 
-mod batch;
 mod betree;
 mod btree;
 mod codec;
@@ -10,7 +9,7 @@ mod db;
 mod decode_fuzz;
 mod engine;
 mod error;
-mod merge;
+mod kv;
 mod metrics;
 pub mod model;
 mod options;
@@ -20,15 +19,14 @@ pub mod storage;
 pub mod tune;
 mod wal;
 
-pub use batch::{Op, WriteBatch};
 pub use betree::{BeTree, Geometry, Origin};
 pub use btree::BTree;
 pub use db::{Db, RangeIter};
 pub use engine::{CheckReport, Engine, EngineStats};
 pub use error::{Error, Result};
-pub use merge::{AddU64, Append, MergeOperator};
+pub use kv::{AddU64, Append, MergeOperator, Op, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use metrics::Metrics;
-pub use options::{Durability, EngineOptions, Options, DEFAULT_BETREE, MAX_KEY_LEN, MAX_VALUE_LEN};
+pub use options::{Durability, EngineOptions, Options, DEFAULT_BETREE};
 pub use profile::DeviceProfile;
 pub use storage::{CacheStats, IoSnapshot};
 pub use tune::{recommend, Recommendation, Workload};

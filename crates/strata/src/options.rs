@@ -6,15 +6,10 @@ use std::sync::Arc;
 use crate::betree::{Geometry, Origin};
 use crate::btree::BTree;
 use crate::error::{Error, Result};
-use crate::merge::MergeOperator;
+use crate::kv::MergeOperator;
 use crate::model::Affine;
 use crate::profile::DeviceProfile;
 use crate::tune::{recommend, Workload};
-
-pub const MAX_KEY_LEN: usize = 4096;
-pub const MAX_VALUE_LEN: usize = 16 << 20;
-/// One batch is one log record; keep records well inside the u32 length field.
-pub const MAX_BATCH_BYTES: usize = 1 << 30;
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum EngineOptions {

@@ -17,9 +17,8 @@
 //! copy (`shared_data`): a change to a basement whose bytes a checkpoint still holds copies them
 //! first (`Arc::make_mut`), so the checkpoint writes the bytes as they were.
 
-use crate::btree::keys::head;
-use crate::btree::Val;
 use crate::codec::Reader;
+use crate::kv::{head, Val};
 use crate::storage::NodeId;
 use std::cmp::Ordering;
 use std::sync::Arc;

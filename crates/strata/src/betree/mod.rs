@@ -18,7 +18,6 @@
 //!   update makes them unreachable.
 
 pub(crate) mod basement;
-pub(crate) mod filter;
 pub(crate) mod msg;
 pub(crate) mod node;
 
@@ -27,18 +26,16 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use basement::{Basement, ValRef};
-use filter::Filter;
 use msg::{Body, Msg, Scratch, Segment, EMPTY_SEGMENT};
 use node::{read_part, read_whole, Internal, Leaf, Node, Part, Run, RunRef};
 
-use crate::batch::Op;
-use crate::btree::keys::{head, Keys};
-use crate::btree::node::shortest_separator;
-use crate::btree::{read_value, Val};
-use crate::engine::{apply_each, merge_operator, next_cursor, CheckReport, Engine, EngineStats};
+use crate::engine::salvage::{self, Damage, Effect, Sink};
+use crate::engine::{apply_each, CheckReport, Engine, EngineStats, MAX_HEIGHT};
 use crate::error::{Error, Result};
-use crate::merge::MergeOperator;
-use crate::salvage::{self, Damage, Effect, Sink};
+use crate::kv::{
+    free_blob, head, merge_operator, next_cursor, read_value, shortest_separator, within,
+    write_blob, Filter, Keys, MergeOperator, Op, Val,
+};
 use crate::storage::block::kind;
 use crate::storage::{Checkpoint, Commit, Device, NodeId, NodeStore, Pager, Pin};
 
@@ -381,7 +378,7 @@ impl BeTree {
         let height = u32_at(22) as u32;
         // No tree is taller (see `btree::MAX_HEIGHT`), and height 0 underflows when the root
         // collapses.
-        if !(1..=crate::btree::MAX_HEIGHT).contains(&height) {
+        if !(1..=MAX_HEIGHT).contains(&height) {
             return Err(bad("height out of range"));
         }
         Ok(BeTree {
@@ -496,19 +493,13 @@ impl BeTree {
         if bytes.len() <= self.geo.inline_max() {
             return Ok(Val::Inline(bytes));
         }
-        let pager = self.store.pager_mut();
-        let id = pager.new_id();
-        pager.write_block(id, kind::BLOB, &bytes)?;
+        let val = write_blob(self.store.pager_mut(), &bytes)?;
         self.blobs += 1;
-        Ok(Val::Blob {
-            id,
-            len: bytes.len() as u32,
-        })
+        Ok(val)
     }
 
     fn free_val(&mut self, v: Val) {
-        if let Val::Blob { id, .. } = v {
-            self.store.pager_mut().free(id);
+        if free_blob(self.store.pager_mut(), v) {
             self.blobs -= 1;
         }
     }
@@ -1674,17 +1665,7 @@ impl Engine for BeTree {
         limit: usize,
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<()> {
-        let inside = |k: &[u8]| {
-            (match lo {
-                Bound::Included(l) => k >= l,
-                Bound::Excluded(l) => k > l,
-                Bound::Unbounded => true,
-            }) && (match hi {
-                Bound::Included(h) => k <= h,
-                Bound::Excluded(h) => k < h,
-                Bound::Unbounded => true,
-            })
-        };
+        let inside = |k: &[u8]| within(k, lo, hi);
         let mut cursor: Bound<Vec<u8>> = if reverse { hi } else { lo }.map(|k| k.to_vec());
         let mut taken = 0;
         loop {

@@ -17,10 +17,9 @@
 //! Messages that a newer one makes obsolete are handed back to the caller, which frees the blob
 //! blocks of out-of-line put values.
 
-use crate::btree::keys::head;
-use crate::btree::Val;
 use crate::codec::Reader;
-use crate::merge::MergeOperator;
+use crate::kv::MergeOperator;
+use crate::kv::{head, Val};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Body {
@@ -406,7 +405,7 @@ impl Segment {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::merge::AddU64;
+    use crate::kv::AddU64;
 
     #[test]
     fn cut_keeps_every_message_in_order_and_each_key_in_one_piece() {
@@ -414,7 +413,7 @@ mod tests {
         for i in 0..500u32 {
             let key = format!("k{:05}", i / 2 * 2).into_bytes();
             let body = if i % 2 == 0 {
-                Body::Put(crate::btree::Val::Inline(vec![1; 20]))
+                Body::Put(crate::kv::Val::Inline(vec![1; 20]))
             } else {
                 Body::Upsert(vec![2; 8])
             };

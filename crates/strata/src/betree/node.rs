@@ -28,11 +28,10 @@
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::basement::Basement;
-use super::filter::Filter;
 use super::msg::Segment;
-use crate::btree::keys::Keys;
 use crate::codec::Reader;
 use crate::error::{Error, Result};
+use crate::kv::{Filter, Keys};
 use crate::storage::block::{self, kind, BLOCK_HEADER};
 use crate::storage::{Chunk, NodeId, Pager, Sealed, StoredNode};
 

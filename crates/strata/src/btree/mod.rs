@@ -13,21 +13,22 @@
 //! cache. Range scans re-descend from the root for each leaf using the leaf's fence key, so no
 //! sibling pointers need to be maintained and scans never hold a pin between calls.
 
-pub(crate) mod keys;
 pub(crate) mod node;
 
 use std::collections::HashSet;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use keys::Keys;
-use node::{shortest_separator, INTERNAL_FIXED, LEAF_FIXED};
-pub use node::{Internal, Leaf, Node, Val};
+pub use node::{Internal, Leaf, Node};
+use node::{INTERNAL_FIXED, LEAF_FIXED};
 
-use crate::engine::{merge_operator, next_cursor, CheckReport, Engine, EngineStats};
+use crate::engine::salvage::{self, Damage, Sink};
+use crate::engine::{CheckReport, Engine, EngineStats, MAX_HEIGHT};
 use crate::error::{Error, Result};
-use crate::merge::MergeOperator;
-use crate::salvage::{self, Damage, Sink};
+use crate::kv::{
+    above_lo, below_hi, free_blob, merge_operator, next_cursor, read_value, shortest_separator,
+    write_blob, Keys, MergeOperator, Val,
+};
 use crate::storage::block::{kind, BLOCK_HEADER};
 use crate::storage::{Checkpoint, Commit, Device, NodeId, NodeStore, Pager, Pin};
 
@@ -36,9 +37,6 @@ pub const ENGINE_TAG: u8 = 1;
 const META_VERSION: u8 = 1;
 pub const MIN_NODE_SIZE: usize = 4 << 10;
 pub const MAX_NODE_SIZE: usize = 4 << 20;
-/// No tree is taller: internal nodes have two children or more, so this height takes 2^63
-/// leaves.
-pub const MAX_HEIGHT: u32 = 64;
 
 pub struct BTree {
     store: NodeStore<Node>,
@@ -234,14 +232,9 @@ impl BTree {
     }
 
     fn write_blob(&mut self, value: &[u8]) -> Result<Val> {
-        let pager = self.store.pager_mut();
-        let id = pager.new_id();
-        pager.write_block(id, kind::BLOB, value)?;
+        let val = write_blob(self.store.pager_mut(), value)?;
         self.blobs += 1;
-        Ok(Val::Blob {
-            id,
-            len: value.len() as u32,
-        })
+        Ok(val)
     }
 
     fn read_val(&self, val: &Val) -> Result<Vec<u8>> {
@@ -249,8 +242,7 @@ impl BTree {
     }
 
     fn drop_val(&mut self, val: Val) {
-        if let Val::Blob { id, .. } = val {
-            self.store.pager_mut().free(id);
+        if free_blob(self.store.pager_mut(), val) {
             self.blobs -= 1;
         }
     }
@@ -458,43 +450,6 @@ impl BTree {
     }
 }
 
-/// A value's bytes: inline, or read (and checked) from its blob block.
-pub(crate) fn read_value(pager: &Pager, val: &Val) -> Result<Vec<u8>> {
-    match val {
-        Val::Inline(v) => Ok(v.clone()),
-        Val::Blob { id, len } => {
-            let (k, bytes) = pager.read_block(*id)?;
-            if k != kind::BLOB || bytes.len() != *len as usize {
-                return Err(Error::corruption(
-                    pager.file_name(),
-                    pager.offset_of(*id),
-                    format!(
-                        "blob {id} should hold {len} bytes, holds {} (kind {k})",
-                        bytes.len()
-                    ),
-                ));
-            }
-            Ok(bytes)
-        }
-    }
-}
-
-fn past_hi(key: &[u8], hi: Bound<&[u8]>) -> bool {
-    match hi {
-        Bound::Included(h) => key > h,
-        Bound::Excluded(h) => key >= h,
-        Bound::Unbounded => false,
-    }
-}
-
-fn before_lo(key: &[u8], lo: Bound<&[u8]>) -> bool {
-    match lo {
-        Bound::Included(l) => key < l,
-        Bound::Excluded(l) => key <= l,
-        Bound::Unbounded => false,
-    }
-}
-
 impl Engine for BTree {
     fn name(&self) -> &'static str {
         "btree"
@@ -624,7 +579,7 @@ impl Engine for BTree {
                         Bound::Excluded(k) => pos(k, true),
                     };
                     for i in (0..end).rev() {
-                        if before_lo(l.keys.get(i), lo) || taken + v.len() == limit {
+                        if !above_lo(l.keys.get(i), lo) || taken + v.len() == limit {
                             break;
                         }
                         v.push((l.keys.get(i).to_vec(), l.vals[i].clone()));
@@ -636,7 +591,7 @@ impl Engine for BTree {
                         Bound::Excluded(k) => pos(k, false),
                     };
                     for i in start..l.keys.len() {
-                        if past_hi(l.keys.get(i), hi) || taken + v.len() == limit {
+                        if !below_hi(l.keys.get(i), hi) || taken + v.len() == limit {
                             break;
                         }
                         v.push((l.keys.get(i).to_vec(), l.vals[i].clone()));

@@ -12,9 +12,9 @@
 //! ```
 //! `bytes` tracks the encoded payload size so that split and merge decisions are O(1).
 
-use super::keys::Keys;
 use crate::codec::Reader;
 use crate::error::Result as DbResult;
+use crate::kv::{Keys, Val};
 use crate::storage::block::kind;
 use crate::storage::cache::load_block;
 use crate::storage::{NodeId, Pager, Sealed, StoredNode};
@@ -25,27 +25,6 @@ pub const INTERNAL_FIXED: usize = 12;
 /// (24 + 8 + 32), malloc headers and rounding of the key and value allocations (~32), for the
 /// cache charge. Measured against peak RSS in the issue note.
 const ENTRY_OVERHEAD: usize = 96;
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum Val {
-    Inline(Vec<u8>),
-    Blob { id: NodeId, len: u32 },
-}
-
-impl Val {
-    pub fn encoded_len(&self) -> usize {
-        match self {
-            Val::Inline(v) => v.len(),
-            Val::Blob { .. } => 8,
-        }
-    }
-    pub fn logical_len(&self) -> usize {
-        match self {
-            Val::Inline(v) => v.len(),
-            Val::Blob { len, .. } => *len as usize,
-        }
-    }
-}
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Leaf {
@@ -240,14 +219,6 @@ pub fn decode_entries(r: &mut Reader<'_>) -> Result<(Keys, Vec<Val>), String> {
     Ok((keys, vals))
 }
 
-/// The shortest key s with `left < s <= right`, used as a leaf separator to keep internal nodes
-/// small (suffix truncation).
-pub fn shortest_separator(left: &[u8], right: &[u8]) -> Vec<u8> {
-    debug_assert!(left < right);
-    let common = left.iter().zip(right).take_while(|(a, b)| a == b).count();
-    right[..(common + 1).min(right.len())].to_vec()
-}
-
 impl StoredNode for Node {
     fn load(pager: &Pager, id: NodeId) -> DbResult<Node> {
         load_block(pager, id, Node::decode)
@@ -363,14 +334,6 @@ mod tests {
         assert_eq!(buf.len(), n.bytes);
         assert_eq!(Node::decode(k, &buf).unwrap(), node);
         assert!(Node::decode(k, &buf[..buf.len() - 1]).is_err());
-    }
-
-    #[test]
-    fn separators_are_short_and_between() {
-        assert_eq!(shortest_separator(b"abc", b"abd"), b"abd");
-        assert_eq!(shortest_separator(b"ab", b"abzz"), b"abz");
-        assert_eq!(shortest_separator(b"apple", b"banana"), b"b");
-        assert_eq!(shortest_separator(b"", b"\x00"), b"\x00");
     }
 
     #[test]

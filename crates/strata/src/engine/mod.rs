@@ -5,11 +5,16 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use crate::batch::Op;
-use crate::error::{Error, Result};
-use crate::merge::MergeOperator;
-use crate::salvage::{Damage, Sink};
+pub mod salvage;
+
+use crate::error::Result;
+use crate::kv::Op;
 use crate::storage::{CacheStats, Commit, Device};
+use salvage::{Damage, Sink};
+
+/// No tree is taller: internal nodes have two children or more, so this height takes 2^63
+/// leaves. Engines refuse metadata that claims more.
+pub const MAX_HEIGHT: u32 = 64;
 
 /// Apply operations one by one, in order.
 pub(crate) fn apply_each<E: Engine + ?Sized>(engine: &mut E, ops: &[Op]) -> Result<()> {
@@ -119,49 +124,4 @@ pub struct CheckReport {
     pub internal_nodes: u64,
     pub blobs: u64,
     pub runs: u64,
-}
-
-/// The operator an upsert needs, or the error that says how to provide one.
-pub(crate) fn merge_operator(op: &Option<Arc<dyn MergeOperator>>) -> Result<&dyn MergeOperator> {
-    op.as_deref().ok_or_else(|| {
-        Error::InvalidOptions(
-            "an upsert needs a merge operator: set Options::merge_operator".into(),
-        )
-    })
-}
-
-/// Where a paged scan goes after a leaf whose fence (the nearest pivot beyond the leaf in the
-/// scan's direction) is `fence`, or `None` when the scan is done: the page is full, this was
-/// the last leaf that way, or the next leaf lies wholly outside (`lo`, `hi`).
-pub(crate) fn next_cursor(
-    fence: Option<Vec<u8>>,
-    lo: std::ops::Bound<&[u8]>,
-    hi: std::ops::Bound<&[u8]>,
-    reverse: bool,
-    full: bool,
-) -> Option<std::ops::Bound<Vec<u8>>> {
-    use std::ops::Bound;
-    let f = fence?;
-    let outside = if reverse {
-        // Keys of the leaves to the left are < f.
-        match lo {
-            Bound::Included(l) | Bound::Excluded(l) => f.as_slice() <= l,
-            Bound::Unbounded => false,
-        }
-    } else {
-        // Keys of the leaves to the right are >= f.
-        match hi {
-            Bound::Included(h) => f.as_slice() > h,
-            Bound::Excluded(h) => f.as_slice() >= h,
-            Bound::Unbounded => false,
-        }
-    };
-    if full || outside {
-        return None;
-    }
-    Some(if reverse {
-        Bound::Excluded(f)
-    } else {
-        Bound::Included(f)
-    })
 }

@@ -1,4 +1,5 @@
-//! A sorted node's keys, with each key's first 8 bytes kept beside it as a big-endian integer.
+//! A sorted node's keys, with each key's first 8 bytes kept beside it as a big-endian integer,
+//! and the shortest separator between two nodes' keys.
 //!
 //! Keys are separate heap allocations, so a binary search over them misses the cache on every
 //! probe; searching the contiguous `heads` first touches one small array and dereferences a key
@@ -18,6 +19,14 @@ pub fn head(key: &[u8]) -> u64 {
     let n = key.len().min(8);
     b[..n].copy_from_slice(&key[..n]);
     u64::from_be_bytes(b)
+}
+
+/// The shortest key s with `left < s <= right`, used as a leaf separator to keep internal nodes
+/// small (suffix truncation).
+pub fn shortest_separator(left: &[u8], right: &[u8]) -> Vec<u8> {
+    debug_assert!(left < right);
+    let common = left.iter().zip(right).take_while(|(a, b)| a == b).count();
+    right[..(common + 1).min(right.len())].to_vec()
 }
 
 impl Keys {
@@ -134,6 +143,14 @@ impl From<Vec<Vec<u8>>> for Keys {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn separators_are_short_and_between() {
+        assert_eq!(shortest_separator(b"abc", b"abd"), b"abd");
+        assert_eq!(shortest_separator(b"ab", b"abzz"), b"abz");
+        assert_eq!(shortest_separator(b"apple", b"banana"), b"b");
+        assert_eq!(shortest_separator(b"", b"\x00"), b"\x00");
+    }
 
     #[test]
     fn search_agrees_with_plain_comparison_on_tricky_keys() {

@@ -4,6 +4,9 @@
 //! replayed, and a Bε-tree may apply it at query time before it reaches a leaf.
 
 use std::fmt::Debug;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
 
 pub trait MergeOperator: Send + Sync + Debug {
     /// A stable name, for messages.
@@ -11,6 +14,15 @@ pub trait MergeOperator: Send + Sync + Debug {
     /// The value after applying `operand` to `existing` (`None` when the key is absent).
     /// Returning `None` deletes the key.
     fn merge(&self, key: &[u8], existing: Option<&[u8]>, operand: &[u8]) -> Option<Vec<u8>>;
+}
+
+/// The operator an upsert needs, or the error that says how to provide one.
+pub fn merge_operator(op: &Option<Arc<dyn MergeOperator>>) -> Result<&dyn MergeOperator> {
+    op.as_deref().ok_or_else(|| {
+        Error::InvalidOptions(
+            "an upsert needs a merge operator: set Options::merge_operator".into(),
+        )
+    })
 }
 
 /// Counters: the value and the operand are little-endian u64s (missing bytes read as zero,

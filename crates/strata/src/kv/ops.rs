@@ -8,7 +8,12 @@
 //! replay applies it to the engine without another check.
 
 use crate::error::{Error, Result};
-use crate::options::{MAX_BATCH_BYTES, MAX_KEY_LEN, MAX_VALUE_LEN};
+
+/// The longest key (range bounds included): node formats store key lengths in a u16.
+pub const MAX_KEY_LEN: usize = 4096;
+pub const MAX_VALUE_LEN: usize = 16 << 20;
+/// One batch is one log record; keep records well inside the u32 length field.
+pub const MAX_BATCH_BYTES: usize = 1 << 30;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
