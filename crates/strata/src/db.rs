@@ -28,9 +28,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use crate::betree::{self, BeTree, Geometry, Origin};
-use crate::btree::{self, BTree};
 use crate::engine::{CheckReport, Engine};
+use crate::engines::betree::{self, BeTree, Geometry, Origin};
+use crate::engines::btree::{self, BTree};
 use crate::error::{Error, Result};
 use crate::kv::WriteBatch;
 use crate::metrics::Metrics;

@@ -37,13 +37,13 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::betree::basement::Basement;
-use crate::betree::msg::{Msg, Segment};
-use crate::betree::node::{Node as BeNode, Part, RunRef};
-use crate::betree::{BeTree, Geometry, Origin};
-use crate::btree::node::Node as BNode;
-use crate::btree::BTree;
 use crate::engine::Engine;
+use crate::engines::betree::basement::Basement;
+use crate::engines::betree::msg::{Msg, Segment};
+use crate::engines::betree::node::{Node as BeNode, Part, RunRef};
+use crate::engines::betree::{BeTree, Geometry, Origin};
+use crate::engines::btree::node::Node as BNode;
+use crate::engines::btree::BTree;
 use crate::error::Error;
 use crate::kv::Val;
 use crate::kv::{AddU64, MergeOperator};
@@ -934,10 +934,10 @@ fn check_engine(file: &[u8], meta: Option<&[u8]>) {
             };
         }
         let engine: Result<Box<dyn Engine>, Error> = match cp.engine_meta.first() {
-            Some(&crate::btree::ENGINE_TAG) => {
+            Some(&crate::engines::btree::ENGINE_TAG) => {
                 BTree::open(pager, &cp, 256 << 10, merge()).map(|t| Box::new(t) as _)
             }
-            Some(&crate::betree::ENGINE_TAG) => {
+            Some(&crate::engines::betree::ENGINE_TAG) => {
                 BeTree::open(pager, &cp, 256 << 10, merge()).map(|t| Box::new(t) as _)
             }
             _ => return,
@@ -1673,7 +1673,7 @@ fn engine_metadata_with_an_impossible_height_is_corrupt() {
                 ..cp
             };
             let e = match meta[0] {
-                crate::btree::ENGINE_TAG => BTree::open(pager, &cp, 1 << 20, None).err(),
+                crate::engines::btree::ENGINE_TAG => BTree::open(pager, &cp, 1 << 20, None).err(),
                 _ => BeTree::open(pager, &cp, 1 << 20, None).err(),
             };
             assert!(matches!(&e, Some(Error::Corruption { what, .. }) if what.contains("height")));

@@ -1,13 +1,12 @@
 //! strata: an embeddable key-value storage engine whose data structures are tuned with cost
 //! models of the real device. Start at [`Db`].
 
-mod betree;
-mod btree;
 mod codec;
 mod db;
 #[cfg(test)]
 mod decode_fuzz;
 mod engine;
+mod engines;
 mod error;
 mod kv;
 mod metrics;
@@ -19,10 +18,10 @@ pub mod storage;
 pub mod tune;
 mod wal;
 
-pub use betree::{BeTree, Geometry, Origin};
-pub use btree::BTree;
 pub use db::{Db, RangeIter};
 pub use engine::{CheckReport, Engine, EngineStats};
+pub use engines::betree::{BeTree, Geometry, Origin};
+pub use engines::btree::BTree;
 pub use error::{Error, Result};
 pub use kv::{AddU64, Append, MergeOperator, Op, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use metrics::Metrics;

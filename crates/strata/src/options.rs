@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use crate::betree::{Geometry, Origin};
-use crate::btree::BTree;
+use crate::engines::betree::{Geometry, Origin};
+use crate::engines::btree::BTree;
 use crate::error::{Error, Result};
 use crate::kv::MergeOperator;
 use crate::model::Affine;

@@ -35,12 +35,12 @@ use std::sync::Arc;
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::betree::{self, BeTree};
-use crate::btree::node::decode_entries;
-use crate::btree::{self, BTree};
 use crate::codec::Reader;
 use crate::db::{Db, DATA_FILE, WAL_FILE, WAL_FILE_2};
 use crate::engine::Engine;
+use crate::engines::betree::{self, BeTree};
+use crate::engines::btree::node::decode_entries;
+use crate::engines::btree::{self, BTree};
 use crate::error::{Error, Result};
 use crate::kv::Val;
 use crate::kv::{Op, WriteBatch};

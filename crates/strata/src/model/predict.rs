@@ -246,8 +246,8 @@ fn allocate(levels: &mut [Level], cache: f64) {
 /// Flushes a leaf that is not resident takes as runs before one drains them (the engine's rule,
 /// `BeTree::flush`): at most `MAX_RUNS`, and their bytes within `RUN_BUDGET` node sizes.
 fn spills_per_drain(node: f64, flush: f64) -> f64 {
-    let fit = (crate::betree::RUN_BUDGET * node / page_round(flush)).floor();
-    fit.clamp(0.0, crate::betree::MAX_RUNS as f64)
+    let fit = (crate::engines::betree::RUN_BUDGET * node / page_round(flush)).floor();
+    fit.clamp(0.0, crate::engines::betree::MAX_RUNS as f64)
 }
 
 /// Writes per update of a level's nodes. The uncached share is written back once per update
