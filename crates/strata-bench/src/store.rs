@@ -145,8 +145,16 @@ impl Engine for Strata {
     }
 
     fn settings(&self, cfg: &Config) -> String {
+        let o = self.options(cfg);
+        let auto = || {
+            strata::tune::auto_geometry(
+                o.expected_keys,
+                o.cache_bytes as u64,
+                o.checkpoint_wal_bytes,
+            )
+        };
         let geometry = match self.btree_node {
-            None => match self.options(cfg).auto_geometry() {
+            None => match auto() {
                 Ok((g, origin)) => format!(
                     "Bε-tree, {} KiB nodes, fanout {}, {} KiB basements ({})",
                     g.node_size >> 10,

@@ -88,7 +88,11 @@ fn open_engine(
             EngineOptions::Auto => {
                 let (geo, origin) = match auto {
                     Some(choice) => choice,
-                    None => opts.auto_geometry()?,
+                    None => crate::tune::auto_geometry(
+                        opts.expected_keys,
+                        opts.cache_bytes as u64,
+                        opts.checkpoint_wal_bytes,
+                    )?,
                 };
                 Ok(Box::new(BeTree::create(
                     pager,
@@ -167,7 +171,13 @@ impl Db {
             Some(dev) => dev.len()? == 0,
         };
         let auto = match opts.engine {
-            EngineOptions::Auto if fresh && opts.create_if_missing => Some(opts.auto_geometry()?),
+            EngineOptions::Auto if fresh && opts.create_if_missing => {
+                Some(crate::tune::auto_geometry(
+                    opts.expected_keys,
+                    opts.cache_bytes as u64,
+                    opts.checkpoint_wal_bytes,
+                )?)
+            }
             _ => None,
         };
         let lock = env.lock(DATA_FILE, opts.create_if_missing)?;

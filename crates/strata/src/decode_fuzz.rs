@@ -1484,7 +1484,7 @@ fn check_profile(text: &str) {
                 .collect();
             if !seeds.contains(&tuner_input(&p)) {
                 let w = crate::Workload::new(1 << 20);
-                crate::options::tuned_geometry(&p, &w).check().unwrap();
+                crate::tune::geometry(&p, &w).check().unwrap();
             }
         }
         Err(Error::InvalidOptions(why)) => assert!(why.contains("profile.json"), "{why}"),

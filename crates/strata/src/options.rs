@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use crate::engines::betree::{Geometry, Origin};
+use crate::engines::betree::Geometry;
 use crate::engines::btree::BTree;
 use crate::error::{Error, Result};
 use crate::kv::MergeOperator;
 use crate::model::Affine;
 use crate::profile::DeviceProfile;
-use crate::tune::{recommend, Workload};
+use crate::tune::{self, Workload};
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum EngineOptions {
@@ -30,11 +30,7 @@ pub enum EngineOptions {
 }
 
 /// The Bε-tree geometry used when no device profile is saved.
-pub const DEFAULT_BETREE: Geometry = Geometry {
-    node_size: 1 << 20,
-    fanout: 16,
-    basement: 64 << 10,
-};
+pub const DEFAULT_BETREE: Geometry = crate::engines::betree::DEFAULT_GEOMETRY;
 
 /// When a write is acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,7 +113,7 @@ impl Options {
     /// The engine and cache the tuner recommends for this device and workload: the Bε-tree
     /// geometry of `strata tune`, and the workload's cache budget.
     pub fn tuned(profile: &DeviceProfile, workload: &Workload) -> Options {
-        let geo = tuned_geometry(profile, workload);
+        let geo = tune::geometry(profile, workload);
         Options::default()
             .betree(geo.node_size, geo.fanout, geo.basement)
             .cache_bytes(workload.cache_bytes as usize)
@@ -133,21 +129,6 @@ impl Options {
     pub fn create_if_missing(mut self, on: bool) -> Self {
         self.create_if_missing = on;
         self
-    }
-
-    /// The Bε-tree geometry a new database gets with `EngineOptions::Auto`: the tuner's for the
-    /// saved device profile (`strata profile`) and these options' keys and cache, or
-    /// `DEFAULT_BETREE` when no profile is saved.
-    pub fn auto_geometry(&self) -> Result<(Geometry, Origin)> {
-        match DeviceProfile::load_saved()? {
-            Some((_, profile)) => {
-                let mut w = Workload::new(self.expected_keys);
-                w.cache_bytes = self.cache_bytes as u64;
-                w.checkpoint_wal_bytes = self.checkpoint_wal_bytes;
-                Ok((tuned_geometry(&profile, &w), Origin::Profile))
-            }
-            None => Ok((DEFAULT_BETREE, Origin::Default)),
-        }
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -177,15 +158,5 @@ impl Options {
             ));
         }
         Ok(())
-    }
-}
-
-/// The tuner's Bε-tree choice as an engine geometry.
-pub fn tuned_geometry(profile: &DeviceProfile, workload: &Workload) -> Geometry {
-    let b = recommend(profile, workload).betree;
-    Geometry {
-        node_size: b.node_bytes as usize,
-        fanout: b.fanout as usize,
-        basement: b.basement_bytes as usize,
     }
 }

@@ -673,10 +673,10 @@ fn raw_scan(data: &dyn Device, out: &mut Sink<'_>, damage: &mut Vec<Damage>) -> 
         let wanted = matches!(
             kind,
             kind::BLOB
-                | kind::BTREE_LEAF
-                | kind::BETREE_LEAF
-                | kind::BETREE_INTERNAL
-                | kind::BETREE_RUN
+                | btree::node::KIND_LEAF
+                | betree::node::KIND_LEAF
+                | betree::node::KIND_INTERNAL
+                | betree::node::KIND_RUN
         );
         if !wanted || header[21..24] != [0, 0, 0] || here + BLOCK_HEADER as u64 + plen > len {
             continue;
@@ -692,13 +692,13 @@ fn raw_scan(data: &dyn Device, out: &mut Sink<'_>, damage: &mut Vec<Damage>) -> 
                 scan.blobs += 1;
                 blobs.insert(owner, here);
             }
-            kind::BTREE_LEAF => {
+            btree::node::KIND_LEAF => {
                 if let Ok((k, v)) = decode_entries(&mut Reader::new(payload)) {
                     scan.leaves += 1;
                     entries.push((k, v));
                 }
             }
-            kind::BETREE_INTERNAL | kind::BETREE_RUN => {
+            betree::node::KIND_INTERNAL | betree::node::KIND_RUN => {
                 for (k, seq, v) in betree::raw_messages(data, here, kind, payload)? {
                     if msgs.get(&k).is_none_or(|(s, _)| *s < seq) {
                         msgs.insert(k, (seq, v));

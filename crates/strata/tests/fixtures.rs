@@ -64,7 +64,7 @@ fn script(f: &Fixture) -> Vec<Op> {
         let op = match rng.next_u64() % 100 {
             0..=59 => {
                 // Every 25th value is larger than a B+-tree leaf's quarter: a blob.
-                let len = if rng.next_u64() % 25 == 0 {
+                let len = if rng.next_u64().is_multiple_of(25) {
                     3000
                 } else {
                     8 + (rng.next_u64() % 100) as usize

@@ -5,3 +5,26 @@
 
 pub mod betree;
 pub mod btree;
+
+#[cfg(test)]
+mod tests {
+    use crate::storage::block::kind;
+
+    /// The engines share one data file format: their superblock tags and block kinds must never
+    /// collide, and block kinds stay out of the substrate's own.
+    #[test]
+    fn engine_tags_and_block_kinds_are_distinct() {
+        assert_ne!(super::btree::ENGINE_TAG, super::betree::ENGINE_TAG);
+        let kinds = [
+            super::btree::node::KIND_LEAF,
+            super::btree::node::KIND_INTERNAL,
+            super::betree::node::KIND_LEAF,
+            super::betree::node::KIND_INTERNAL,
+            super::betree::node::KIND_RUN,
+        ];
+        for (i, a) in kinds.iter().enumerate() {
+            assert!(*a >= kind::ENGINE_FIRST);
+            assert!(kinds[i + 1..].iter().all(|b| b != a), "kind {a} used twice");
+        }
+    }
+}

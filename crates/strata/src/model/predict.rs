@@ -21,16 +21,20 @@
 use serde::{Deserialize, Serialize};
 
 use super::Affine;
-use crate::storage::block::{BLOCK_HEADER, PAGE};
+
+/// storage/block.rs: blocks are whole pages of this size, each with a header of this many
+/// bytes. The model keeps its own copy (it sits below the substrate); tune's tests pair them.
+pub const PAGE: u64 = 4096;
+pub const BLOCK_HEADER: usize = 24;
 
 /// btree/node.rs: leaf payload = count u32, then per entry klen u16 + tag u8 + vlen u32 + key +
 /// value (or an 8-byte blob id).
-const BT_LEAF_FIXED: f64 = 4.0;
-const BT_LEAF_ENTRY: f64 = 7.0;
+pub const BT_LEAF_FIXED: f64 = 4.0;
+pub const BT_LEAF_ENTRY: f64 = 7.0;
 /// btree/node.rs: internal payload = count u32 + child0 u64, then per separator klen u16 + key +
 /// child u64.
-const BT_INTERNAL_FIXED: f64 = 12.0;
-const BT_SEPARATOR: f64 = 10.0;
+pub const BT_INTERNAL_FIXED: f64 = 12.0;
+pub const BT_SEPARATOR: f64 = 10.0;
 /// betree/msg.rs: a buffered put carries seq u64, tag u8, key length u16 and value length u32
 /// besides key and value.
 pub const BE_MESSAGE_OVERHEAD: f64 = 15.0;
@@ -85,6 +89,13 @@ pub struct PredictInput {
     /// Inserts between two checkpoints: how often a node that stays cached is written back.
     /// Infinity means never.
     pub inserts_per_checkpoint: f64,
+    /// Bε-tree: a leaf that is not resident takes flushes as runs, at most `max_runs` of them
+    /// and their bytes within `run_budget` node sizes, before one drains them into the leaf.
+    /// `new` sets the engine's values (tune's test pairs them).
+    #[serde(default = "default_run_budget")]
+    pub run_budget: f64,
+    #[serde(default = "default_max_runs")]
+    pub max_runs: u64,
     /// Charge the cache as the engines do (encoded bytes plus heap overhead per node and per
     /// entry); false charges encoded bytes only, the paper's "M bytes of nodes".
     pub heap_accounting: bool,
@@ -112,8 +123,22 @@ impl PredictInput {
             fill: RANDOM_FILL,
             inserts_per_checkpoint: checkpoint_inserts(64 << 20, key_bytes, value_bytes),
             heap_accounting: true,
+            run_budget: RUN_BUDGET,
+            max_runs: MAX_RUNS,
         }
     }
+}
+
+/// The Bε-tree's run budget (`engines::betree`); the model takes it as an input.
+pub const RUN_BUDGET: f64 = 2.0;
+pub const MAX_RUNS: u64 = 16;
+
+fn default_run_budget() -> f64 {
+    RUN_BUDGET
+}
+
+fn default_max_runs() -> u64 {
+    MAX_RUNS
 }
 
 /// Inserts that fill `wal_bytes` of write-ahead log.
@@ -244,10 +269,10 @@ fn allocate(levels: &mut [Level], cache: f64) {
 }
 
 /// Flushes a leaf that is not resident takes as runs before one drains them (the engine's rule,
-/// `BeTree::flush`): at most `MAX_RUNS`, and their bytes within `RUN_BUDGET` node sizes.
-fn spills_per_drain(node: f64, flush: f64) -> f64 {
-    let fit = (crate::engines::betree::RUN_BUDGET * node / page_round(flush)).floor();
-    fit.clamp(0.0, crate::engines::betree::MAX_RUNS as f64)
+/// `BeTree::flush`): at most `max_runs`, and their bytes within `run_budget` node sizes.
+fn spills_per_drain(inp: &PredictInput, node: f64, flush: f64) -> f64 {
+    let fit = (inp.run_budget * node / page_round(flush)).floor();
+    fit.clamp(0.0, inp.max_runs as f64)
 }
 
 /// Writes per update of a level's nodes. The uncached share is written back once per update
@@ -554,7 +579,7 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
     // rewrites the leaf on every flush.
     let spills = match account {
         Account::Paper => 0.0,
-        Account::Engine => spills_per_drain(b, flush),
+        Account::Engine => spills_per_drain(inp, b, flush),
     };
     let drain_share = 1.0 / (spills + 1.0);
     let mut leaf_write_bytes = 0.0;
@@ -794,7 +819,10 @@ mod tests {
         let below_root = engine.height as f64 - 1.0;
         let internal = page_round(header + buffer / 2.0);
         let leaf_node = engine.levels.last().unwrap().node_bytes;
-        assert_eq!(spills_per_drain((1u64 << 20) as f64, buffer / 8.0), 16.0);
+        assert_eq!(
+            spills_per_drain(&inp, (1u64 << 20) as f64, buffer / 8.0),
+            16.0
+        );
         let leaf_per_flush = (leaf_node + 16.0 * page_round(buffer / 8.0)) / 17.0;
         assert!((leaf - flushes * leaf_per_flush).abs() < 1e-9 * leaf);
         let want = flushes * ((below_root - 1.0) * internal + leaf_per_flush);

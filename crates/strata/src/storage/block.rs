@@ -19,11 +19,9 @@ pub const PAGE: u64 = 4096;
 pub mod kind {
     pub const TABLE: u8 = 1;
     pub const BLOB: u8 = 2;
-    pub const BTREE_LEAF: u8 = 16;
-    pub const BTREE_INTERNAL: u8 = 17;
-    pub const BETREE_LEAF: u8 = 18;
-    pub const BETREE_INTERNAL: u8 = 19;
-    pub const BETREE_RUN: u8 = 20;
+    /// Kinds from here on belong to the engines; each names its own (`engines` keeps them
+    /// apart, docs/format.md lists them).
+    pub const ENGINE_FIRST: u8 = 16;
 }
 
 /// Frame `payload` as a block owned by `owner`, padded to a whole number of pages.

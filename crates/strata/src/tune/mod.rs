@@ -19,15 +19,22 @@
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(test)]
+mod pairing;
+
+use crate::engines::betree::{self, Geometry, Origin};
+use crate::engines::btree;
+use crate::error::Result;
 use crate::model::optimal;
 use crate::model::predict::{self, LoadWa, OpCost, PredictInput, Prediction};
 use crate::model::Affine;
 use crate::profile::DeviceProfile;
 
 /// Node sizes the B+-tree accepts.
-pub const BTREE_MIN_NODE: u64 = 4 << 10;
-pub const BTREE_MAX_NODE: u64 = 4 << 20;
-/// Geometry the Bε-tree accepts.
+pub const BTREE_MIN_NODE: u64 = btree::MIN_NODE_SIZE as u64;
+pub const BTREE_MAX_NODE: u64 = btree::MAX_NODE_SIZE as u64;
+/// Geometry the tuner searches for the Bε-tree (within what the engine accepts,
+/// `Geometry::check`: the tests pair them).
 pub const BETREE_MIN_NODE: u64 = 64 << 10;
 pub const BETREE_MAX_NODE: u64 = 16 << 20;
 pub const BETREE_MIN_FANOUT: u64 = 4;
@@ -116,6 +123,8 @@ impl Workload {
             cache_bytes,
         );
         p.range_items = self.range_items;
+        p.run_budget = betree::RUN_BUDGET;
+        p.max_runs = betree::MAX_RUNS as u64;
         p.inserts_per_checkpoint = predict::checkpoint_inserts(
             self.checkpoint_wal_bytes,
             self.key_bytes,
@@ -550,5 +559,34 @@ pub fn recommend(profile: &DeviceProfile, workload: &Workload) -> Recommendation
         sensitivity,
         iops: iops_table(profile, w, cache),
         notes,
+    }
+}
+
+/// The tuner's Bε-tree choice as an engine geometry.
+pub fn geometry(profile: &DeviceProfile, workload: &Workload) -> Geometry {
+    let b = recommend(profile, workload).betree;
+    Geometry {
+        node_size: b.node_bytes as usize,
+        fanout: b.fanout as usize,
+        basement: b.basement_bytes as usize,
+    }
+}
+
+/// The Bε-tree geometry a new database gets with `EngineOptions::Auto`: the tuner's for the
+/// saved device profile (`strata profile`) and this many records, cache and log between
+/// checkpoints, or `betree::DEFAULT_GEOMETRY` when no profile is saved. Reads the saved profile.
+pub fn auto_geometry(
+    expected_keys: u64,
+    cache_bytes: u64,
+    checkpoint_wal_bytes: u64,
+) -> Result<(Geometry, Origin)> {
+    match DeviceProfile::load_saved()? {
+        Some((_, profile)) => {
+            let mut w = Workload::new(expected_keys);
+            w.cache_bytes = cache_bytes;
+            w.checkpoint_wal_bytes = checkpoint_wal_bytes;
+            Ok((geometry(&profile, &w), Origin::Profile))
+        }
+        None => Ok((betree::DEFAULT_GEOMETRY, Origin::Default)),
     }
 }

@@ -36,7 +36,6 @@ use crate::kv::{
     free_blob, head, merge_operator, next_cursor, read_value, shortest_separator, within,
     write_blob, Filter, Keys, MergeOperator, Op, Val,
 };
-use crate::storage::block::kind;
 use crate::storage::{Checkpoint, Commit, Device, NodeId, NodeStore, Pager, Pin};
 
 /// The first byte of the engine metadata in the superblock.
@@ -88,6 +87,14 @@ pub struct Geometry {
     pub fanout: usize,
     pub basement: usize,
 }
+
+/// The geometry used when no device profile is saved: 1 MiB nodes, fanout 16, 64 KiB
+/// basements.
+pub const DEFAULT_GEOMETRY: Geometry = Geometry {
+    node_size: 1 << 20,
+    fanout: 16,
+    basement: 64 << 10,
+};
 
 impl Geometry {
     pub fn check(&self) -> Result<()> {
@@ -1884,8 +1891,8 @@ pub(crate) fn raw_messages(
     // Directory entries: internal (id u64, offset u32, length u32, xxh3 u64, count u32), run
     // (offset u32, length u32, xxh3 u64, count u32).
     let (size, skip) = match k {
-        kind::BETREE_INTERNAL => (28, 8),
-        kind::BETREE_RUN => (20, 0),
+        node::KIND_INTERNAL => (28, 8),
+        node::KIND_RUN => (20, 0),
         _ => return Ok(Vec::new()),
     };
     let u32_at = |i: usize| {
@@ -2202,7 +2209,7 @@ impl BeTree {
             // loading a node checks everything.
             let k = self.store.pager().read_part(id, 20, 1).ok().map(|b| b[0]);
             match k {
-                Some(kind::BETREE_RUN) => {
+                Some(node::KIND_RUN) => {
                     let (mut msgs, first) = (Vec::new(), w.lost.len());
                     self.salvage_run(id, None, None, &mut msgs, w)?;
                     for d in &mut w.lost[first..] {
@@ -2218,7 +2225,7 @@ impl BeTree {
                         }
                     }
                 }
-                Some(kind::BETREE_LEAF | kind::BETREE_INTERNAL) => match self.store.get(id) {
+                Some(node::KIND_LEAF | node::KIND_INTERNAL) => match self.store.get(id) {
                     Ok(pin) => {
                         let key = match &*pin.read() {
                             Node::Internal(n) => {

@@ -37,6 +37,11 @@ use crate::storage::{Chunk, NodeId, Pager, Sealed, StoredNode};
 
 /// Nodes up to this size are read whole on a miss: below about the device's half-bandwidth
 /// point (1/α ≈ 60–130 KiB here) a second, partial read costs more than reading the rest.
+/// Block kinds of the Bε-tree's nodes and runs (after the B+-tree's).
+pub const KIND_LEAF: u8 = kind::ENGINE_FIRST + 2;
+pub const KIND_INTERNAL: u8 = kind::ENGINE_FIRST + 3;
+pub const KIND_RUN: u8 = kind::ENGINE_FIRST + 4;
+
 pub const WHOLE_READ_MAX: u64 = 64 << 10;
 
 /// Heap bytes a buffered message costs beyond its encoding, for the cache charge (a message
@@ -305,15 +310,15 @@ impl Node {
                         }
                     }
                 }
-                kind::BETREE_INTERNAL
+                KIND_INTERNAL
             }
             Node::Leaf(l) => {
                 encode_parts(&l.bases, &l.pivots, out);
-                kind::BETREE_LEAF
+                KIND_LEAF
             }
             Node::Run(r) => {
                 encode_parts(&r.chunks, &r.pivots, out);
-                kind::BETREE_RUN
+                KIND_RUN
             }
         }
     }
@@ -322,7 +327,7 @@ impl Node {
         let mut r = Reader::new(p);
         let n = r.u32()? as usize;
         let node = match k {
-            kind::BETREE_INTERNAL => {
+            KIND_INTERNAL => {
                 let cap = r.capacity(n, CHILD_LEN);
                 let mut children = Vec::with_capacity(cap);
                 let mut segs = Vec::with_capacity(cap);
@@ -356,12 +361,12 @@ impl Node {
                     runs,
                 })
             }
-            kind::BETREE_LEAF => {
+            KIND_LEAF => {
                 let bases = decode_parts(&mut r, n)?;
                 let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
                 Node::Leaf(Leaf { pivots, bases })
             }
-            kind::BETREE_RUN => {
+            KIND_RUN => {
                 let chunks = decode_parts(&mut r, n)?;
                 let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
                 Node::Run(Run { pivots, chunks })

@@ -29,7 +29,7 @@ use crate::kv::{
     above_lo, below_hi, free_blob, merge_operator, next_cursor, read_value, shortest_separator,
     write_blob, Keys, MergeOperator, Val,
 };
-use crate::storage::block::{kind, BLOCK_HEADER};
+use crate::storage::block::BLOCK_HEADER;
 use crate::storage::{Checkpoint, Commit, Device, NodeId, NodeStore, Pager, Pin};
 
 /// The first byte of the engine metadata in the superblock.
@@ -816,7 +816,7 @@ impl BTree {
                 .store
                 .pager()
                 .read_part(id, 20, 1)
-                .is_ok_and(|b| b[0] == kind::BTREE_LEAF || b[0] == kind::BTREE_INTERNAL);
+                .is_ok_and(|b| b[0] == node::KIND_LEAF || b[0] == node::KIND_INTERNAL);
             if !tree {
                 continue;
             }

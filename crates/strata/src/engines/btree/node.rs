@@ -19,6 +19,10 @@ use crate::storage::block::kind;
 use crate::storage::cache::load_block;
 use crate::storage::{NodeId, Pager, Sealed, StoredNode};
 
+/// Block kinds of the B+-tree's nodes.
+pub const KIND_LEAF: u8 = kind::ENGINE_FIRST;
+pub const KIND_INTERNAL: u8 = kind::ENGINE_FIRST + 1;
+
 pub const LEAF_FIXED: usize = 4;
 pub const INTERNAL_FIXED: usize = 12;
 /// Heap bytes one entry costs beyond its encoded size: slots in the key, head and value arrays
@@ -244,7 +248,7 @@ impl Node {
             Node::Leaf(l) => {
                 out.reserve(l.bytes);
                 encode_entries(&l.keys, &l.vals, out);
-                kind::BTREE_LEAF
+                KIND_LEAF
             }
             Node::Internal(n) => {
                 out.reserve(n.bytes);
@@ -255,7 +259,7 @@ impl Node {
                     out.extend_from_slice(k);
                     out.extend_from_slice(&c.to_le_bytes());
                 }
-                kind::BTREE_INTERNAL
+                KIND_INTERNAL
             }
         }
     }
@@ -263,7 +267,7 @@ impl Node {
     pub fn decode(kind: u8, p: &[u8]) -> Result<Node, String> {
         let mut r = Reader::new(p);
         match kind {
-            kind::BTREE_LEAF => {
+            KIND_LEAF => {
                 let (keys, vals) = decode_entries(&mut r)?;
                 r.finish()?;
                 let bytes = LEAF_FIXED
@@ -274,7 +278,7 @@ impl Node {
                         .sum::<usize>();
                 Ok(Node::Leaf(Leaf { keys, vals, bytes }))
             }
-            kind::BTREE_INTERNAL => {
+            KIND_INTERNAL => {
                 let n = r.u32()? as usize;
                 if n < 1 {
                     return Err("internal node without children".into());

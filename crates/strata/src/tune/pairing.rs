@@ -1,0 +1,52 @@
+//! The model keeps its own copies of the engines' encoding sizes and policies (it sits below
+//! them and takes parameters as inputs); the tuner is the one place that pairs the two, and
+//! these tests fail when an engine's format or policy moves away from what the model assumes.
+
+use crate::engines::betree::{self, msg::Body, msg::Msg};
+use crate::engines::btree::node::{self as bnode, leaf_entry_len, sep_len};
+use crate::kv::Val;
+use crate::model::predict;
+use crate::storage::block;
+
+#[test]
+fn the_substrate_page_and_block_header() {
+    assert_eq!(predict::PAGE, block::PAGE);
+    assert_eq!(predict::BLOCK_HEADER, block::BLOCK_HEADER);
+}
+
+#[test]
+fn the_btree_encoding_sizes() {
+    assert_eq!(predict::BT_LEAF_FIXED, bnode::LEAF_FIXED as f64);
+    assert_eq!(predict::BT_INTERNAL_FIXED, bnode::INTERNAL_FIXED as f64);
+    for (k, v) in [(0usize, 0usize), (16, 100), (5, 3000)] {
+        let val = Val::Inline(vec![1; v]);
+        let entry = leaf_entry_len(&vec![0; k], &val) as f64;
+        assert_eq!(entry, predict::BT_LEAF_ENTRY + (k + v) as f64);
+        assert_eq!(
+            sep_len(&vec![0; k]) as f64,
+            predict::BT_SEPARATOR + k as f64
+        );
+    }
+}
+
+#[test]
+fn the_betree_message_size_and_run_budget() {
+    for (k, v) in [(0usize, 0usize), (16, 100)] {
+        let m = Msg {
+            key: vec![0; k],
+            seq: 7,
+            body: Body::Put(Val::Inline(vec![1; v])),
+        };
+        assert_eq!(
+            m.encoded_len() as f64,
+            predict::BE_MESSAGE_OVERHEAD + (k + v) as f64
+        );
+    }
+    assert_eq!(predict::RUN_BUDGET, betree::RUN_BUDGET);
+    assert_eq!(predict::MAX_RUNS, betree::MAX_RUNS as u64);
+    let w = super::Workload::new(1000).input(1 << 20, 1 << 20);
+    assert_eq!(
+        (w.run_budget, w.max_runs),
+        (betree::RUN_BUDGET, betree::MAX_RUNS as u64)
+    );
+}
