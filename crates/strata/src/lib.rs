@@ -1,5 +1,25 @@
 //! strata: an embeddable key-value storage engine whose data structures are tuned with cost
 //! models of the real device. Start at [`Db`].
+//!
+//! The modules stand on floors, and a module uses only lower floors (docs/architecture.md;
+//! `tests/architecture.rs` enforces it):
+//!
+//! ```text
+//! 13 decode_fuzz (tests only)
+//! 12 this file: the public API, a curated `pub use` list
+//! 11 salvage
+//! 10 db                            the facade: log, sequence numbers, checkpoints
+//!  9 options  wal  metrics
+//!  8 tune                          pairs models with engines
+//!  7 profile                       measures devices, fits models
+//!  6 engines/{btree, betree}       never import each other
+//!  5 engine                        the Engine trait, stats, check, salvage walk
+//!  4 layout                        node-encoding toolkit, engine metadata
+//!  3 kv                            ops, merge, values and blobs, keys, bounds, filter
+//!  2 storage                       devices, IoStats, allocator, blocks, pager, pool
+//!  1 model                         pure cost models
+//!  0 error  codec
+//! ```
 
 mod codec;
 mod db;
