@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gen::{Records, Rng, Zipf};
 use crate::measure::{self, BlockStat, Latencies, ProcIo};
-use crate::store::{Config, Engine, Store, Write};
+use crate::store::{Config, Store, Subject, Write};
 use crate::workload::{Dist, Mix, Phase, Spec};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -159,7 +159,7 @@ pub type Progress<'a> = &'a mut dyn FnMut(&str, u64, u64);
 
 /// Run `spec` on `engine` in `dir` (created if missing; must not hold another database).
 pub fn run(
-    engine: &dyn Engine,
+    engine: &dyn Subject,
     spec: &Spec,
     dir: &Path,
     progress: Progress,
@@ -258,7 +258,7 @@ impl Harness<'_> {
             .expect("the store is open between phases")
     }
 
-    fn reopen(&mut self, engine: &dyn Engine, cfg: &Config, dir: &Path, cold: bool) -> Res<()> {
+    fn reopen(&mut self, engine: &dyn Subject, cfg: &Config, dir: &Path, cold: bool) -> Res<()> {
         self.store.take().expect("open").close()?;
         if cold {
             measure::drop_page_cache(dir);
@@ -278,7 +278,7 @@ impl Harness<'_> {
 
     fn phase(
         &mut self,
-        engine: &dyn Engine,
+        engine: &dyn Subject,
         cfg: &Config,
         dir: &Path,
         phase: &Phase,

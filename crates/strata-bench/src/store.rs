@@ -73,8 +73,8 @@ pub trait Store {
     fn close(self: Box<Self>) -> Result<()>;
 }
 
-/// An engine the harness can open.
-pub trait Engine: Send + Sync {
+/// An engine under test: what the harness opens (a strata engine or a peer).
+pub trait Subject: Send + Sync {
     /// Its name in tables and on the command line.
     fn name(&self) -> &str;
     /// The library and version the adapter is built against.
@@ -131,11 +131,11 @@ impl Strata {
 }
 
 /// strata's own engines.
-pub fn strata_engines() -> Vec<Box<dyn Engine>> {
+pub fn strata_engines() -> Vec<Box<dyn Subject>> {
     vec![Box::new(Strata::betree()), Box::new(Strata::btree())]
 }
 
-impl Engine for Strata {
+impl Subject for Strata {
     fn name(&self) -> &str {
         self.name
     }

@@ -27,7 +27,7 @@ use strata::{Db, Options};
 use strata_bench::gen::Order;
 use strata_bench::rum;
 use strata_bench::runner::{self, RunResult};
-use strata_bench::store::{self, Config, Engine, Result, Store, Write};
+use strata_bench::store::{self, Config, Result, Store, Subject, Write};
 use strata_bench::workload::{Phase, Spec};
 
 const RECORDS: u64 = 20_000;
@@ -59,7 +59,7 @@ fn flushed_load_spec() -> Spec {
     }
 }
 
-fn run(engine: &dyn Engine, spec: &Spec, dir: &Path) -> RunResult {
+fn run(engine: &dyn Subject, spec: &Spec, dir: &Path) -> RunResult {
     runner::run(engine, spec, dir, &mut |_, _, _| {}).unwrap()
 }
 
@@ -73,7 +73,7 @@ struct TwiceStore {
     data: HashMap<Vec<u8>, Vec<u8>>,
 }
 
-impl Engine for Twice {
+impl Subject for Twice {
     fn name(&self) -> &str {
         "twice"
     }
@@ -245,7 +245,7 @@ struct TappedStore {
     flushes: Arc<Mutex<Vec<(u64, u64)>>>,
 }
 
-impl Engine for TappedStrata {
+impl Subject for TappedStrata {
     fn name(&self) -> &str {
         "strata-tapped"
     }
@@ -460,7 +460,7 @@ struct MemtableStore {
     data: HashMap<Vec<u8>, Vec<u8>>,
 }
 
-impl Engine for Memtable {
+impl Subject for Memtable {
     fn name(&self) -> &str {
         "memtable"
     }

@@ -2,14 +2,14 @@
 //! measures add up, and the workload is the same for the same seed.
 
 use strata_bench::runner::{self, RunResult};
-use strata_bench::store::{self, Engine};
+use strata_bench::store::{self, Subject};
 use strata_bench::workload::{Dist, Mix, Phase, Spec};
 
 fn small_spec() -> Spec {
     Spec::every_phase(3000)
 }
 
-fn run(engine: &dyn Engine, spec: &Spec) -> RunResult {
+fn run(engine: &dyn Subject, spec: &Spec) -> RunResult {
     let dir = tempfile::tempdir().unwrap();
     runner::run(engine, spec, &dir.path().join("db"), &mut |_, _, _| {}).unwrap()
 }

@@ -14,12 +14,12 @@ use std::path::Path;
 
 use ::fjall::config::CompressionPolicy;
 use ::fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
-use strata_bench::store::{Config, Engine, Result, Store, Write};
+use strata_bench::store::{Config, Result, Store, Subject, Write};
 
 /// The fjall adapter ("fjall").
 pub struct Fjall;
 
-impl Engine for Fjall {
+impl Subject for Fjall {
     fn name(&self) -> &str {
         "fjall"
     }

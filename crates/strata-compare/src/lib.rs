@@ -1,4 +1,4 @@
-//! The peers strata is compared with, each behind `strata_bench::store::Engine`: kept out of the
+//! The peers strata is compared with, each behind `strata_bench::store::Subject`: kept out of the
 //! core crates so that `strata` never compiles them.
 //!
 //! - `redb`: redb, a copy-on-write B-tree ("redb");
@@ -12,7 +12,7 @@
 //! was given and what compression it uses. `version` names the crate and the exact version in
 //! Cargo.lock (read by `build.rs`).
 
-use strata_bench::store::{strata_engines, Engine};
+use strata_bench::store::{strata_engines, Subject};
 
 pub mod fjall;
 pub mod go;
@@ -22,9 +22,9 @@ pub mod redb;
 pub mod rocksdb;
 
 /// The peer engines compiled into this build.
-pub fn peers() -> Vec<Box<dyn Engine>> {
+pub fn peers() -> Vec<Box<dyn Subject>> {
     #[allow(unused_mut)]
-    let mut peers: Vec<Box<dyn Engine>> = vec![
+    let mut peers: Vec<Box<dyn Subject>> = vec![
         Box::new(redb::Redb),
         Box::new(lmdb::Lmdb),
         Box::new(fjall::Fjall),
@@ -35,7 +35,7 @@ pub fn peers() -> Vec<Box<dyn Engine>> {
 }
 
 /// The engine called `name`: a peer compiled into this build, or one of strata's own.
-pub fn engine(name: &str) -> Option<Box<dyn Engine>> {
+pub fn engine(name: &str) -> Option<Box<dyn Subject>> {
     peers()
         .into_iter()
         .chain(strata_engines())

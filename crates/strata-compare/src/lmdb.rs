@@ -17,7 +17,7 @@ use std::path::Path;
 
 use heed::types::Bytes;
 use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions, RoTxn, WithTls};
-use strata_bench::store::{Config, Engine, Result, Store, Write};
+use strata_bench::store::{Config, Result, Store, Subject, Write};
 
 /// Address space reserved per expected record. The map is sparse (the file grows only as pages
 /// are written, without `WRITE_MAP`), so this is generous on purpose: 116-byte records take
@@ -39,7 +39,7 @@ pub fn map_size(expected_records: u64) -> usize {
 /// The LMDB adapter ("lmdb").
 pub struct Lmdb;
 
-impl Engine for Lmdb {
+impl Subject for Lmdb {
     fn name(&self) -> &str {
         "lmdb"
     }

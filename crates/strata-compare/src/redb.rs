@@ -14,14 +14,14 @@ use ::redb::{
     Builder, Database, Durability, ReadOnlyTable, ReadTransaction, ReadableDatabase,
     TableDefinition,
 };
-use strata_bench::store::{Config, Engine, Result, Store, Write};
+use strata_bench::store::{Config, Result, Store, Subject, Write};
 
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
 
 /// The redb adapter ("redb").
 pub struct Redb;
 
-impl Engine for Redb {
+impl Subject for Redb {
     fn name(&self) -> &str {
         "redb"
     }

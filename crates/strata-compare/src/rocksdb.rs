@@ -18,12 +18,12 @@ use ::rocksdb::{
     BlockBasedOptions, Cache, DBCompressionType, Options, WaitForCompactOptions, WriteBatch,
     WriteOptions, DB,
 };
-use strata_bench::store::{Config, Engine, Result, Store, Write};
+use strata_bench::store::{Config, Result, Store, Subject, Write};
 
 /// The RocksDB adapter ("rocksdb").
 pub struct RocksDb;
 
-impl Engine for RocksDb {
+impl Subject for RocksDb {
     fn name(&self) -> &str {
         "rocksdb"
     }

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use strata_bench::runner::{self, RunResult};
-use strata_bench::store::{strata_engines, Config, Engine, Store, Write};
+use strata_bench::store::{strata_engines, Config, Store, Subject, Write};
 use strata_bench::workload::Spec;
 
 /// Key and value bytes of one record in the spec below.
@@ -16,14 +16,14 @@ fn small_spec() -> Spec {
     Spec::every_phase(3000)
 }
 
-fn engines() -> Vec<Box<dyn Engine>> {
+fn engines() -> Vec<Box<dyn Subject>> {
     strata_compare::peers()
         .into_iter()
         .chain(strata_engines())
         .collect()
 }
 
-fn run(engine: &dyn Engine, spec: &Spec) -> RunResult {
+fn run(engine: &dyn Subject, spec: &Spec) -> RunResult {
     let dir = tempfile::tempdir().unwrap();
     runner::run(engine, spec, &dir.path().join("db"), &mut |_, _, _| {}).unwrap()
 }
@@ -160,7 +160,7 @@ fn value(i: u32, round: u32) -> Vec<u8> {
     format!("value {i} of round {round}").into_bytes()
 }
 
-fn open(engine: &dyn Engine, dir: &Path, sync: bool) -> Box<dyn Store> {
+fn open(engine: &dyn Subject, dir: &Path, sync: bool) -> Box<dyn Store> {
     let cfg = Config {
         cache_bytes: 4 << 20,
         sync,

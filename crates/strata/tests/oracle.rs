@@ -1,4 +1,4 @@
-//! The generic model test: random sequences of operations against a `Db`, compared with a
+//! The oracle suite: random sequences of operations against a `Db`, compared with a
 //! `BTreeMap` oracle, with checkpoints, clean reopens, process crashes and power losses mixed in.
 //!
 //! It is written once for every engine. An engine (with its geometry) is one line in the
