@@ -507,7 +507,7 @@ impl Permutation {
     }
 }
 
-/// The longest value the Bε-tree keeps inline with this geometry (betree/mod.rs
+/// The longest value the Bε-tree keeps inline with this geometry (engines/betree
 /// `Geometry::inline_max`); longer values go out of line, one block each, which the model does
 /// not price.
 pub fn betree_inline_max(node: u64, fanout: u64, basement: u64) -> u64 {

@@ -16,7 +16,8 @@
 //!
 //! Invariants: every count is an expectation (fractional), never negative; all sizes of IOs are
 //! whole 4 KiB pages, as the substrate's extents are; the encoding constants mirror
-//! btree/node.rs and betree/ and must follow them if they change.
+//! engines/btree/node.rs and engines/betree/ and must follow them if they change (tune/pairing.rs
+//! tests that they do).
 
 use serde::{Deserialize, Serialize};
 
@@ -327,7 +328,7 @@ pub fn btree(inp: &PredictInput, m: &Affine) -> Prediction {
     let b = inp.node_bytes.max(PAGE) as f64;
     let fill = inp.fill.clamp(0.05, 1.0);
     let (k, v) = (inp.key_bytes as f64, inp.value_bytes as f64);
-    // btree/mod.rs: a value longer than a quarter of the node is stored in its own blob block.
+    // engines/btree: a value longer than a quarter of the node is stored in its own blob block.
     let blob = v > b / 4.0;
     let entry = BT_LEAF_ENTRY + k + if blob { 8.0 } else { v };
     let hdr = BLOCK_HEADER as f64;
