@@ -66,6 +66,14 @@ impl Capture {
     }
 }
 
+/// The map as of `applied`, in snapshot data format, copied under `generation`.
+struct MapCopy {
+    generation: u64,
+    applied: Option<LogId<NodeId>>,
+    membership: Membership,
+    data: Vec<u8>,
+}
+
 struct State {
     last_applied: Option<LogId<NodeId>>,
     membership: Membership,
@@ -106,7 +114,10 @@ fn put_pair(out: &mut Vec<u8>, k: &[u8], v: &[u8]) {
     out.extend_from_slice(v);
 }
 
-fn parse_pairs(mut p: &[u8]) -> Result<Vec<(&[u8], &[u8])>, String> {
+/// Pairs borrowed from snapshot data.
+type Pairs<'a> = Vec<(&'a [u8], &'a [u8])>;
+
+fn parse_pairs(mut p: &[u8]) -> Result<Pairs<'_>, String> {
     fn field<'a>(p: &mut &'a [u8]) -> Result<&'a [u8], String> {
         let short = || "snapshot data truncated".to_string();
         let (len, rest) = p.split_at_checked(4).ok_or_else(short)?;
@@ -178,7 +189,8 @@ impl StateMachine {
     }
 
     /// Copy the map as of the last applied entry; see the module comment.
-    fn copy_map(&self) -> Result<Option<(u64, Option<LogId<NodeId>>, Membership, Vec<u8>)>, Err> {
+    /// `None` when a snapshot install replaced the map before the copy was done.
+    fn copy_map(&self) -> Result<Option<MapCopy>, Err> {
         let db = &self.inner.db;
         let rerr = |e: strata::Error| io_err(ErrorSubject::StateMachine, ErrorVerb::Read, e);
         let (generation, applied, membership) = {
@@ -246,7 +258,12 @@ impl StateMachine {
                 Some(end) => cap.copied = Copied::Through(end),
                 None => {
                     st.build = None;
-                    return Ok(Some((generation, applied, membership, data)));
+                    return Ok(Some(MapCopy {
+                        generation,
+                        applied,
+                        membership,
+                        data,
+                    }));
                 }
             }
         }
@@ -281,7 +298,13 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, Err> {
         let _one = self.inner.build_lock.lock().await;
         loop {
-            let Some((generation, applied, membership, data)) = self.copy_map()? else {
+            let Some(MapCopy {
+                generation,
+                applied,
+                membership,
+                data,
+            }) = self.copy_map()?
+            else {
                 continue; // an install came in between: copy the installed state
             };
             let meta = SnapshotMeta {

@@ -30,7 +30,7 @@ fn entry(index: u64, req: Request) -> Entry<TypeConfig> {
 fn command(i: u64, keys: u64) -> Request {
     let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17);
     let key = format!("k{:06}", h % keys).into_bytes();
-    if h % 7 == 0 {
+    if h.is_multiple_of(7) {
         Request::Delete { key }
     } else {
         Request::Set {

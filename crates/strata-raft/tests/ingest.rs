@@ -123,7 +123,7 @@ enum Mode {
 async fn ingest<L: RaftLogStorage<TypeConfig> + Clone>(log: &L, n: u64, mode: Mode) -> f64 {
     let t = Instant::now();
     let purge = |mut log: L, upto: u64| async move {
-        if upto % PURGE_EVERY == 0 && upto > KEEP {
+        if upto.is_multiple_of(PURGE_EVERY) && upto > KEEP {
             let id = LogId::new(CommittedLeaderId::new(1, 1), upto - KEEP);
             log.purge(id).await.unwrap();
         }
