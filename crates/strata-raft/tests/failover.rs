@@ -96,7 +96,15 @@ async fn failover_keeps_every_acknowledged_write() {
     write_keys(&mut client, "b", 50..300, &mut acked).await;
     let new = leader_of(&nodes).await;
     assert_ne!(new, old, "the stopped node cannot lead");
-    let purged = nodes[&new].raft.metrics().borrow().purged;
+    // Snapshots and purges run in the background: give the new leader's a moment to land.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let purged = loop {
+        let purged = nodes[&new].raft.metrics().borrow().purged;
+        if purged.is_some_and(|p| p.index > old_last) || Instant::now() > deadline {
+            break purged;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     println!(
         "new leader {new}; its log is purged through {purged:?}; the old one's ended at {old_last}"
     );
