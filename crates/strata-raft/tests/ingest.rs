@@ -11,7 +11,7 @@
 //! one entry per append, each waited for (one fsync each); one entry per append from 8 tasks
 //! at once (appends in flight share fsyncs, as openraft's pipelined appends do); 64 entries per
 //! append. Every 10,000 entries the log is purged to its last 1,000, as openraft does after a
-//! snapshot. Bytes written count strata's log and data file from its own IO counters, and the
+//! snapshot (with 8 in flight, once at the end). Bytes written count strata's log and data file from its own IO counters, and the
 //! measured window ends with a checkpoint, so the data file's share is in the figure.
 //! `STRATA_RAFT_INGEST_SCALE` multiplies the entry counts (default 1).
 
@@ -226,6 +226,18 @@ async fn ingest_figures() {
                 wal as f64 / n as f64,
                 data as f64 / n as f64,
                 syncs as f64 / n as f64,
+            );
+            let e = &after.engine;
+            eprintln!(
+                "  {name}: data-file writes {} ({} bytes), tree height {}, {} internal + {} leaf nodes, {} live keys, {} buffered messages, data file {} bytes",
+                after.data_io.writes - before.data_io.writes,
+                data,
+                e.height,
+                e.internal_nodes,
+                e.leaf_nodes,
+                e.live_keys,
+                e.buffered_messages,
+                after.data_file_bytes,
             );
         }
     }
