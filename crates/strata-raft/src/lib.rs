@@ -27,7 +27,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use log_store::LogStore;
-pub use state_machine::{command_fits, StateMachine};
+pub use state_machine::{command_fits, StateMachine, MAX_COMMAND_BYTES};
 pub use types::{NodeId, Raft, Request, Response, TypeConfig};
 
 /// Open (or create) the strata database at `path` and the Raft log store and state machine

@@ -31,6 +31,9 @@ use crate::keys;
 /// replication stream takes per round.
 const READ_LIMIT: u64 = 1024;
 
+/// Bytes of entries per strata batch in one append, far below strata's 1 GiB batch limit.
+const APPEND_BATCH_BYTES: usize = 64 << 20;
+
 pub(crate) fn io_err<NID: openraft::NodeId>(
     subject: ErrorSubject<NID>,
     verb: ErrorVerb,
@@ -228,14 +231,25 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut b = WriteBatch::new();
+        // Written now (readers see them), acknowledged when the flusher's sync covers them.
+        // Batches are cut well below strata's batch limit; written in index order, so a crash
+        // between two leaves a prefix of the entries, never a hole.
+        let write = |b: WriteBatch| {
+            self.db
+                .write_with(b, Durability::None)
+                .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Write, e))
+        };
+        let (mut b, mut bytes) = (WriteBatch::new(), 0usize);
         for e in entries {
-            b.put(keys::log(e.get_log_id().index), encode(&e));
+            let v = encode(&e);
+            bytes += v.len();
+            b.put(keys::log(e.get_log_id().index), v);
+            if bytes >= APPEND_BATCH_BYTES {
+                write(std::mem::take(&mut b))?;
+                bytes = 0;
+            }
         }
-        // Written now (readers see it), acknowledged when the flusher's sync covers it.
-        self.db
-            .write_with(b, Durability::None)
-            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Write, e))?;
+        write(b)?;
         self.flusher
             .after_sync(Box::new(move |r| callback.log_io_completed(r)));
         Ok(())

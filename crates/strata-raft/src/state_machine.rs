@@ -16,7 +16,9 @@
 //!   snapshot's pairs, the last-applied mark and the stored snapshot. A build in flight sees the
 //!   install (a generation number) and starts again from the installed state.
 //! - The current snapshot is stored in the `P` range, meta and chunks in one batch, durable
-//!   before `build_snapshot` or `install_snapshot` returns.
+//!   before `build_snapshot` or `install_snapshot` returns. Snapshots are held in memory
+//!   (openraft's default `Cursor<Vec<u8>>`) and installed in one strata batch, so a map must
+//!   stay well under strata's 1 GiB batch limit: a limit of this first version.
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
@@ -97,11 +99,17 @@ pub struct StateMachine {
     inner: Arc<Inner>,
 }
 
+/// Key and value bytes of one command, at most: its log entry (the command and some 40 bytes
+/// of framing) must also fit in one strata value.
+pub const MAX_COMMAND_BYTES: usize = MAX_VALUE_LEN - (8 << 10);
+
 /// Whether a command fits strata's limits. Replicas apply the same check, so a command that
 /// does not fit is skipped everywhere alike (the service refuses it before it is proposed).
 pub fn command_fits(req: &Request) -> bool {
     match req {
-        Request::Set { key, value } => key.len() < MAX_KEY_LEN && value.len() <= MAX_VALUE_LEN,
+        Request::Set { key, value } => {
+            key.len() < MAX_KEY_LEN && key.len() + value.len() <= MAX_COMMAND_BYTES
+        }
         Request::Delete { key } => key.len() < MAX_KEY_LEN,
     }
 }

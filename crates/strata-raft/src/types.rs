@@ -1,5 +1,9 @@
 //! The Raft type configuration of the replicated key-value map: its commands and replies.
 //! Node ids are `u64`, nodes carry their address (`BasicNode`), snapshots travel as bytes.
+//!
+//! Invariant: these types are stored (log entries, postcard) and sent (TCP frames) without a
+//! version tag; changing them changes both formats, so a database or a peer written with other
+//! types is not readable.
 
 use std::io::Cursor;
 
