@@ -805,7 +805,7 @@ fn measure(
         m.engine.height,
         m.engine.leaf_nodes,
         m.engine.internal_nodes,
-        m.engine.buffered_messages,
+        m.engine.detail("buffered_messages"),
         m.data_file_bytes,
     );
     let mut rng = SplitMix64::new(cfg.seed ^ node ^ ((tree as u64) << 40));

@@ -52,8 +52,8 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
     t.row("leaf nodes", r.leaf_nodes);
     t.row("internal nodes", r.internal_nodes);
     t.row("blobs", r.blobs);
-    if r.runs > 0 {
-        t.row("runs", r.runs);
+    for (name, v) in &r.detail {
+        t.row(&name.replace('_', " "), v);
     }
     print_table(&t)?;
     Ok(ExitCode::SUCCESS)

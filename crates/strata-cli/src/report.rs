@@ -23,12 +23,10 @@ pub fn ratio(a: f64, b: f64) -> f64 {
 pub struct DbView {
     pub engine: &'static str,
     pub node_size: u64,
-    pub fanout: u64,
-    pub basement_size: u64,
     pub geometry: &'static str,
-    pub buffered_messages: u64,
-    /// Runs spilled toward leaves and not yet drained (Bε-tree).
-    pub runs: u64,
+    /// What only this engine has (the Bε-tree's fanout, basement size, buffered messages and
+    /// runs), by name.
+    pub detail: std::collections::BTreeMap<&'static str, u64>,
     pub live_keys: u64,
     pub live_bytes: u64,
     pub data_file_bytes: u64,
@@ -79,11 +77,8 @@ impl From<&Metrics> for DbView {
         DbView {
             engine: e.engine,
             node_size: e.node_size,
-            fanout: e.fanout,
-            basement_size: e.basement_size,
             geometry: e.geometry_origin,
-            buffered_messages: e.buffered_messages,
-            runs: e.runs,
+            detail: e.detail.iter().copied().collect(),
             live_keys: e.live_keys,
             live_bytes: e.live_bytes,
             data_file_bytes: m.data_file_bytes,
@@ -105,22 +100,16 @@ impl DbView {
     /// Add the tree, space and cache sections to `t`.
     pub fn rows(&self, t: &mut Table) {
         t.section("tree");
-        let shape = if self.fanout > 0 {
-            format!(
-                "{}, {} nodes, fanout {}, {} basements",
-                self.engine,
-                human(self.node_size),
-                self.fanout,
-                human(self.basement_size)
-            )
-        } else {
-            format!("{}, {} nodes", self.engine, human(self.node_size))
-        };
+        let mut shape = format!("{}, {} nodes", self.engine, human(self.node_size));
+        if let (Some(f), Some(b)) = (self.detail.get("fanout"), self.detail.get("basement_size")) {
+            shape += &format!(", fanout {f}, {} basements", human(*b));
+        }
         t.row("engine", shape);
         t.row("geometry", self.geometry);
-        if self.fanout > 0 {
-            t.row("buffered messages", self.buffered_messages);
-            t.row("runs", self.runs);
+        for (name, v) in &self.detail {
+            if !matches!(*name, "fanout" | "basement_size") {
+                t.row(&name.replace('_', " "), v);
+            }
         }
         t.row("height", self.height);
         t.row(

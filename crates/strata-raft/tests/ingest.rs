@@ -236,7 +236,7 @@ async fn ingest_figures() {
                 e.internal_nodes,
                 e.leaf_nodes,
                 e.live_keys,
-                e.buffered_messages,
+                e.detail("buffered_messages"),
                 after.data_file_bytes,
             );
         }

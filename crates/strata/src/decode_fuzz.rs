@@ -477,7 +477,7 @@ fn build_corpus() -> Corpus {
     populate(&mut be, 3000);
     let stats = be.stats();
     assert!(
-        stats.runs > 0 && stats.buffered_messages > 0 && stats.height > 2,
+        stats.detail("runs") > 0 && stats.detail("buffered_messages") > 0 && stats.height > 2,
         "the Bε-tree seed should have runs, buffered messages and some height: {stats:?}"
     );
     be.checkpoint(1).unwrap();

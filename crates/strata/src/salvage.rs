@@ -508,7 +508,11 @@ fn copy_options(engine: Option<&dyn Engine>, opts: &Options) -> Options {
         let n = s.node_size as usize;
         o = match s.engine {
             "btree" => o.btree(n),
-            _ => o.betree(n, s.fanout as usize, s.basement_size as usize),
+            _ => o.betree(
+                n,
+                s.detail("fanout") as usize,
+                s.detail("basement_size") as usize,
+            ),
         };
     }
     o

@@ -52,7 +52,7 @@ fn auto_geometry_follows_the_saved_profile() {
         panic!("tuned options are not a Bε-tree: {want:?}")
     };
     assert_eq!(
-        (e.node_size, e.fanout, e.basement_size),
+        (e.node_size, e.detail("fanout"), e.detail("basement_size")),
         (node_size as u64, fanout as u64, basement as u64)
     );
     assert!(

@@ -31,7 +31,11 @@ fn deleting_most_keys_merges_leaves() {
     let after = db.metrics().engine;
     eprintln!(
         "full: {} leaves, height {}; after deletes: {} leaves, height {}, {} buffered",
-        full.leaf_nodes, full.height, after.leaf_nodes, after.height, after.buffered_messages
+        full.leaf_nodes,
+        full.height,
+        after.leaf_nodes,
+        after.height,
+        after.detail("buffered_messages")
     );
     assert!(full.leaf_nodes > 50, "{full:?}");
     assert!(
@@ -115,10 +119,16 @@ fn sequential_inserts_take_the_rightmost_leaf_path() {
     let seq = db.metrics().engine;
     eprintln!(
         "sequential: height {}, {} leaves, {} buffered",
-        seq.height, seq.leaf_nodes, seq.buffered_messages
+        seq.height,
+        seq.leaf_nodes,
+        seq.detail("buffered_messages")
     );
     assert!(seq.height >= 3, "{seq:?}");
-    assert_eq!(seq.buffered_messages, 0, "sequential inserts were buffered");
+    assert_eq!(
+        seq.detail("buffered_messages"),
+        0,
+        "sequential inserts were buffered"
+    );
     assert_eq!(seq.live_keys, n);
     assert_eq!(db.check().unwrap().keys, n);
     for i in (0..n).step_by(997) {
@@ -126,7 +136,7 @@ fn sequential_inserts_take_the_rightmost_leaf_path() {
     }
     // Overwrites and deletes of existing keys are not appends: they are buffered as usual.
     db.put(format!("{:010}", 5), b"again").unwrap();
-    assert!(db.metrics().engine.buffered_messages > 0);
+    assert!(db.metrics().engine.detail("buffered_messages") > 0);
     assert_eq!(db.get(format!("{:010}", 5)).unwrap().unwrap(), b"again");
     drop(db);
 
@@ -137,7 +147,7 @@ fn sequential_inserts_take_the_rightmost_leaf_path() {
     }
     let rnd = db.metrics().engine;
     assert!(
-        rnd.buffered_messages > 0,
+        rnd.detail("buffered_messages") > 0,
         "random inserts should buffer: {rnd:?}"
     );
     assert_eq!(db.check().unwrap().keys, n);
@@ -266,7 +276,7 @@ fn uncached_leaves_take_flushes_as_runs_that_survive_a_crash() {
             });
         }
         db.write(batch).unwrap();
-        let runs = db.metrics().engine.runs;
+        let runs = db.metrics().engine.detail("runs");
         spilled |= runs > 0;
         most_runs = most_runs.max(runs);
     }
@@ -278,11 +288,11 @@ fn uncached_leaves_take_flushes_as_runs_that_survive_a_crash() {
     }
     let report = db.check().unwrap();
     assert_eq!(
-        (report.keys, report.runs),
-        (oracle.len() as u64, stats.runs)
+        (report.keys, report.detail("runs")),
+        (oracle.len() as u64, stats.detail("runs"))
     );
     // Power fails with runs in place (written or not): every acknowledged batch is back.
-    assert!(stats.runs > 0, "{stats:?}");
+    assert!(stats.detail("runs") > 0, "{stats:?}");
     env.crash();
     drop(db);
     let db = Db::open_in(&env, opts).unwrap();

@@ -814,7 +814,7 @@ fn damaged_run(place: Place) {
         }
         db.write(batch).unwrap();
     }
-    assert!(db.metrics().engine.runs > 0);
+    assert!(db.metrics().engine.detail("runs") > 0);
     db.close().unwrap();
     let data = place.read(DATA).unwrap();
     let runs: Vec<Entry> = nodes(&data)

@@ -174,7 +174,7 @@ fn fixtures_from_an_earlier_build_open_check_clean_and_read_back() {
                 assert!(st.blobs > 0, "{}: no blobs", f.name);
                 if st.engine == "betree" {
                     assert!(
-                        st.runs > 0 && st.buffered_messages > 0,
+                        st.detail("runs") > 0 && st.detail("buffered_messages") > 0,
                         "{}: no runs",
                         f.name
                     );

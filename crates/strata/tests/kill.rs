@@ -602,7 +602,7 @@ impl Parent {
             m.as_ref().map_or(0, |m| m.data_file_bytes >> 10),
             m.as_ref().map_or(0, |m| m.engine.referenced_bytes >> 10),
             m.as_ref().map_or(0, |m| m.engine.free_bytes >> 10),
-            m.as_ref().map_or(0, |m| m.engine.runs),
+            m.as_ref().map_or(0, |m| m.engine.detail("runs")),
             m.as_ref().map_or(0, |m| m.wal_file_bytes >> 10),
             started.elapsed().as_secs_f64()
         );

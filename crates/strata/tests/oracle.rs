@@ -466,7 +466,7 @@ impl<'a> Run<'a> {
     /// so the pool must be within its budget).
     fn note_checkpoint(&mut self) {
         let m = self.db().metrics();
-        if m.engine.buffered_messages == 0 {
+        if m.engine.detail("buffered_messages") == 0 {
             assert_eq!(m.engine.live_keys, self.cur.len() as u64, "live key count");
         }
         assert!(
@@ -967,7 +967,7 @@ fn model_long(name: &str, opts: Options, sim: bool, durability: Durability, seed
     }
     // Deletes shrink the tree at once only where nothing is buffered; a Bε-tree's deletes wait
     // in its buffers (its merges are tested in betree.rs).
-    if node_size <= 4096 && m.engine.buffered_messages == 0 {
+    if node_size <= 4096 && m.engine.detail("buffered_messages") == 0 {
         assert!(
             final_height < seen.max_height.get(),
             "the tree shrank again: {final_height} vs {}",

@@ -160,8 +160,18 @@ fn undamaged(place: Place, opts: Options) {
         dst.open(opts.clone()).unwrap().metrics().engine,
     );
     assert_eq!(
-        (s.engine, s.node_size, s.fanout, s.basement_size),
-        (d.engine, d.node_size, d.fanout, d.basement_size)
+        (
+            s.engine,
+            s.node_size,
+            s.detail("fanout"),
+            s.detail("basement_size")
+        ),
+        (
+            d.engine,
+            d.node_size,
+            d.detail("fanout"),
+            d.detail("basement_size")
+        )
     );
 }
 

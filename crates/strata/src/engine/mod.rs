@@ -9,7 +9,7 @@ pub mod salvage;
 
 use crate::error::Result;
 use crate::kv::Op;
-use crate::storage::{CacheStats, Commit, Device};
+use crate::storage::{CacheStats, Commit, Device, NodeStore, StoredNode};
 use salvage::{Damage, Sink};
 
 /// No tree is taller: internal nodes have two children or more, so this height takes 2^63
@@ -82,29 +82,26 @@ pub trait Engine: Send {
     fn salvage(&mut self, out: &mut Sink<'_>, lost: &mut Vec<Damage>) -> Result<()>;
 }
 
+/// What every engine reports, and what only one engine has (`detail`, by name).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct EngineStats {
     pub engine: &'static str,
     pub node_size: u64,
-    /// Bε-tree fanout and basement size (0 for the B+-tree).
-    pub fanout: u64,
-    pub basement_size: u64,
     /// Where the node geometry came from: the options, a default, or the tuner.
     pub geometry_origin: &'static str,
-    /// Keys (and their key and value bytes) in the leaves. Exact when `buffered_messages` is
-    /// zero; a write-optimised engine learns whether a buffered put creates a key only when
-    /// the put reaches a leaf.
+    /// Keys (and their key and value bytes) in the leaves. Exact when nothing is buffered above
+    /// them (`detail("buffered_messages")` is zero); a write-optimised engine learns whether a
+    /// buffered put creates a key only when the put reaches a leaf.
     pub live_keys: u64,
     pub live_bytes: u64,
-    /// Messages waiting in internal nodes' buffers (always zero for the B+-tree).
-    pub buffered_messages: u64,
     pub height: u32,
     pub internal_nodes: u64,
     pub leaf_nodes: u64,
     /// Values stored out of line, one block each.
     pub blobs: u64,
-    /// Runs spilled toward leaves and not yet drained into them (Bε-tree; 0 for the B+-tree).
-    pub runs: u64,
+    /// Figures only this engine has, by name, in the order it shows them (the Bε-tree's
+    /// `fanout`, `basement_size`, `buffered_messages` and `runs`).
+    pub detail: Vec<(&'static str, u64)>,
     pub checkpoints: u64,
     /// Every write batch up to this log sequence number is in the last durable checkpoint.
     pub checkpoint_wal_seq: u64,
@@ -114,6 +111,35 @@ pub struct EngineStats {
     pub free_bytes: u64,
 }
 
+impl EngineStats {
+    /// The substrate's part, the same for every engine on a buffer pool: checkpoints, cache
+    /// and space. An engine fills in the rest.
+    pub fn substrate<N: StoredNode>(store: &NodeStore<N>) -> EngineStats {
+        let pager = store.pager();
+        EngineStats {
+            checkpoints: pager.last_checkpoint().seq,
+            checkpoint_wal_seq: pager.last_checkpoint().wal_seq,
+            cache: store.stats(),
+            referenced_bytes: pager.referenced_bytes(),
+            free_bytes: pager.free_bytes(),
+            ..EngineStats::default()
+        }
+    }
+
+    /// The engine's own figure `name` (see `detail`), or 0 when it has none by that name.
+    pub fn detail(&self, name: &str) -> u64 {
+        find(&self.detail, name)
+    }
+}
+
+fn find(detail: &[(&'static str, u64)], name: &str) -> u64 {
+    detail
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(0, |&(_, v)| v)
+}
+
+/// What `Engine::check` verified.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CheckReport {
     pub blocks_verified: u64,
@@ -123,5 +149,13 @@ pub struct CheckReport {
     pub leaf_nodes: u64,
     pub internal_nodes: u64,
     pub blobs: u64,
-    pub runs: u64,
+    /// What only this engine counts, by name (the Bε-tree's `runs`).
+    pub detail: Vec<(&'static str, u64)>,
+}
+
+impl CheckReport {
+    /// The engine's own count `name`, or 0 when it has none by that name.
+    pub fn detail(&self, name: &str) -> u64 {
+        find(&self.detail, name)
+    }
 }

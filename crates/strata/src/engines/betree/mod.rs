@@ -1762,26 +1762,23 @@ impl Engine for BeTree {
     }
 
     fn stats(&self) -> EngineStats {
-        let pager = self.store.pager();
         EngineStats {
             engine: "betree",
             node_size: self.geo.node_size as u64,
-            fanout: self.geo.fanout as u64,
-            basement_size: self.geo.basement as u64,
             geometry_origin: self.origin.describe(),
             live_keys: self.live_keys,
             live_bytes: self.live_bytes,
-            buffered_messages: self.buffered,
             height: self.height,
             internal_nodes: self.internals,
             leaf_nodes: self.leaves,
             blobs: self.blobs,
-            runs: self.runs,
-            checkpoints: pager.last_checkpoint().seq,
-            checkpoint_wal_seq: pager.last_checkpoint().wal_seq,
-            cache: self.store.stats(),
-            referenced_bytes: pager.referenced_bytes(),
-            free_bytes: pager.free_bytes(),
+            detail: vec![
+                ("fanout", self.geo.fanout as u64),
+                ("basement_size", self.geo.basement as u64),
+                ("buffered_messages", self.buffered),
+                ("runs", self.runs),
+            ],
+            ..EngineStats::substrate(&self.store)
         }
     }
 
@@ -1798,12 +1795,14 @@ impl Engine for BeTree {
             report,
             live_bytes: 0,
             buffered: 0,
+            runs: 0,
             reachable: HashSet::new(),
             depth: None,
         };
         self.walk(self.root, None, None, 1, &mut w)?;
         let mut report = w.report;
         report.height = self.height;
+        report.detail = vec![("runs", w.runs)];
         let file = self.store.pager().file_name().to_string();
         let bad = |what: String| Error::corruption(&file, 0, what);
         if (report.keys, w.live_bytes) != (self.live_keys, self.live_bytes) {
@@ -1822,7 +1821,7 @@ impl Engine for BeTree {
             report.leaf_nodes,
             report.internal_nodes,
             report.blobs,
-            report.runs,
+            w.runs,
         ) != (self.leaves, self.internals, self.blobs, self.runs)
         {
             return Err(bad(format!(
@@ -1831,7 +1830,7 @@ impl Engine for BeTree {
                 report.leaf_nodes,
                 report.internal_nodes,
                 report.blobs,
-                report.runs,
+                w.runs,
                 self.leaves,
                 self.internals,
                 self.blobs,
@@ -2329,6 +2328,7 @@ struct Walk {
     report: CheckReport,
     live_bytes: u64,
     buffered: u64,
+    runs: u64,
     reachable: HashSet<NodeId>,
     depth: Option<u32>,
 }
@@ -2385,7 +2385,7 @@ impl BeTree {
                     let mut layers = Vec::with_capacity(n.runs[i].len() + 1);
                     for r in &n.runs[i] {
                         w.reachable.insert(r.id);
-                        w.report.runs += 1;
+                        w.runs += 1;
                         self.check_run_chunks(r.id)?;
                         let run = self.load_run(r.id)?;
                         let keys_pass = run

@@ -630,26 +630,17 @@ impl Engine for BTree {
     }
 
     fn stats(&self) -> EngineStats {
-        let pager = self.store.pager();
         EngineStats {
             engine: "btree",
             node_size: self.node_size as u64,
             geometry_origin: "given in the options",
             live_keys: self.live_keys,
             live_bytes: self.live_bytes,
-            buffered_messages: 0,
             height: self.height,
-            fanout: 0,
-            basement_size: 0,
             internal_nodes: self.internals,
             leaf_nodes: self.leaves,
             blobs: self.blobs,
-            runs: 0,
-            checkpoints: pager.last_checkpoint().seq,
-            checkpoint_wal_seq: pager.last_checkpoint().wal_seq,
-            cache: self.store.stats(),
-            referenced_bytes: pager.referenced_bytes(),
-            free_bytes: pager.free_bytes(),
+            ..EngineStats::substrate(&self.store)
         }
     }
 
