@@ -40,7 +40,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::engine::Engine;
 use crate::engines::betree::basement::Basement;
 use crate::engines::betree::msg::{Msg, Segment};
-use crate::engines::betree::node::{Node as BeNode, Part, RunRef};
+use crate::engines::betree::node::{Block as BeNode, Part, RunRef};
 use crate::engines::betree::{BeTree, Geometry, Origin};
 use crate::engines::btree::node::Node as BNode;
 use crate::engines::btree::BTree;

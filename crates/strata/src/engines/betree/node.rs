@@ -96,7 +96,7 @@ impl<T> Part<T> {
 }
 
 /// A run spilled from a segment toward a leaf child that was not in the cache: a block of its
-/// own (`Node::Run`), written once and never changed, listed in the parent's head with a filter
+/// own (`Block::Run`), written once and never changed, listed in the parent's head with a filter
 /// over its keys. Its messages are older than the segment's and newer than the leaf's entries.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunRef {
@@ -127,8 +127,11 @@ pub struct Leaf {
     pub bases: Vec<Part<Basement>>,
 }
 
+/// What the Bε-tree keeps in the buffer pool, one per block of the data file: a tree node
+/// (internal or leaf), or a run spilled beside a leaf, which is not a node of the tree (no
+/// pivot of a parent leads to it; its parent's head lists it with the child it belongs to).
 #[derive(Clone, Debug, PartialEq)]
-pub enum Node {
+pub enum Block {
     Internal(Internal),
     Leaf(Leaf),
     /// A spilled run.
@@ -225,40 +228,40 @@ impl Leaf {
     }
 }
 
-impl Node {
+impl Block {
     pub fn is_leaf(&self) -> bool {
-        matches!(self, Node::Leaf(_))
+        matches!(self, Block::Leaf(_))
     }
 
     /// Whether partition i is resident.
     pub fn loaded(&self, i: usize) -> bool {
         match self {
-            Node::Internal(n) => n.segs[i].data.is_some(),
-            Node::Leaf(l) => l.bases[i].data.is_some(),
-            Node::Run(r) => r.chunks[i].data.is_some(),
+            Block::Internal(n) => n.segs[i].data.is_some(),
+            Block::Leaf(l) => l.bases[i].data.is_some(),
+            Block::Run(r) => r.chunks[i].data.is_some(),
         }
     }
 
     pub fn parts(&self) -> usize {
         match self {
-            Node::Internal(n) => n.segs.len(),
-            Node::Leaf(l) => l.bases.len(),
-            Node::Run(r) => r.chunks.len(),
+            Block::Internal(n) => n.segs.len(),
+            Block::Leaf(l) => l.bases.len(),
+            Block::Run(r) => r.chunks.len(),
         }
     }
 
     pub fn loc(&self, i: usize) -> Option<Loc> {
         match self {
-            Node::Internal(n) => n.segs[i].loc,
-            Node::Leaf(l) => l.bases[i].loc,
-            Node::Run(r) => r.chunks[i].loc,
+            Block::Internal(n) => n.segs[i].loc,
+            Block::Leaf(l) => l.bases[i].loc,
+            Block::Run(r) => r.chunks[i].loc,
         }
     }
 
     /// Decode partition i's bytes (already checked against its checksum) and make it resident.
     pub fn install(&mut self, i: usize, bytes: &[u8]) -> std::result::Result<(), String> {
         match self {
-            Node::Internal(Internal { segs, .. }) | Node::Run(Run { chunks: segs, .. }) => {
+            Block::Internal(Internal { segs, .. }) | Block::Run(Run { chunks: segs, .. }) => {
                 let seg = Segment::decode(bytes)?;
                 if seg.len() as u32 != segs[i].count {
                     return Err(format!(
@@ -269,7 +272,7 @@ impl Node {
                 }
                 segs[i].data = Some(seg);
             }
-            Node::Leaf(l) => {
+            Block::Leaf(l) => {
                 let b = Basement::decode(bytes)?;
                 if b.len() as u32 != l.bases[i].count {
                     return Err(format!(
@@ -286,7 +289,7 @@ impl Node {
 
     pub(crate) fn encode_head(&self, out: &mut Vec<u8>) -> u8 {
         match self {
-            Node::Internal(n) => {
+            Block::Internal(n) => {
                 out.extend_from_slice(&(n.children.len() as u32).to_le_bytes());
                 for (c, s) in n.children.iter().zip(&n.segs) {
                     let loc = s.loc.expect("located before encoding");
@@ -312,18 +315,18 @@ impl Node {
                 }
                 KIND_INTERNAL
             }
-            Node::Leaf(l) => {
+            Block::Leaf(l) => {
                 encode_parts(&l.bases, &l.pivots, out);
                 KIND_LEAF
             }
-            Node::Run(r) => {
+            Block::Run(r) => {
                 encode_parts(&r.chunks, &r.pivots, out);
                 KIND_RUN
             }
         }
     }
 
-    pub(crate) fn decode_head(k: u8, p: &[u8]) -> std::result::Result<Node, String> {
+    pub(crate) fn decode_head(k: u8, p: &[u8]) -> std::result::Result<Block, String> {
         let mut r = Reader::new(p);
         let n = r.u32()? as usize;
         let node = match k {
@@ -354,7 +357,7 @@ impl Node {
                         }
                     }
                 }
-                Node::Internal(Internal {
+                Block::Internal(Internal {
                     pivots,
                     children,
                     segs,
@@ -364,12 +367,12 @@ impl Node {
             KIND_LEAF => {
                 let bases = decode_parts(&mut r, n)?;
                 let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
-                Node::Leaf(Leaf { pivots, bases })
+                Block::Leaf(Leaf { pivots, bases })
             }
             KIND_RUN => {
                 let chunks = decode_parts(&mut r, n)?;
                 let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
-                Node::Run(Run { pivots, chunks })
+                Block::Run(Run { pivots, chunks })
             }
             k => return Err(format!("block kind {k} is not a Bε-tree node")),
         };
@@ -445,7 +448,7 @@ pub fn read_whole(pager: &Pager, id: NodeId) -> Result<Vec<u8>> {
     pager.read_part(id, 0, len)
 }
 
-impl Node {
+impl Block {
     /// Make resident every partition not yet resident, from `whole` (the node's extent as
     /// read), checking each against its checksum.
     pub fn install_from(&mut self, pager: &Pager, id: NodeId, whole: &[u8]) -> Result<()> {
@@ -484,7 +487,7 @@ pub fn read_part(pager: &Pager, id: NodeId, i: usize, loc: Loc) -> Result<Vec<u8
     Ok(bytes)
 }
 
-impl StoredNode for Node {
+impl StoredNode for Block {
     fn charge(&self) -> usize {
         let segments = |segs: &[Part<Segment>]| -> usize {
             segs.iter()
@@ -493,8 +496,8 @@ impl StoredNode for Node {
                 .sum()
         };
         let (head, resident) = match self {
-            Node::Internal(n) => (n.head_len(), segments(&n.segs)),
-            Node::Leaf(l) => (
+            Block::Internal(n) => (n.head_len(), segments(&n.segs)),
+            Block::Leaf(l) => (
                 l.head_len(),
                 l.bases
                     .iter()
@@ -502,31 +505,31 @@ impl StoredNode for Node {
                     .map(|b| BASEMENT_OVERHEAD + b.heap_bytes())
                     .sum(),
             ),
-            Node::Run(r) => (r.head_len(), segments(&r.chunks)),
+            Block::Run(r) => (r.head_len(), segments(&r.chunks)),
         };
         256 + head + resident
     }
 
-    fn load(pager: &Pager, id: NodeId) -> Result<Node> {
+    fn load(pager: &Pager, id: NodeId) -> Result<Block> {
         let at = pager.offset_of(id);
         let bad =
             |what: String| Error::corruption(pager.file_name(), at, format!("node {id}: {what}"));
         if pager.extent(id).is_some_and(|e| e.len <= WHOLE_READ_MAX) {
             let whole = read_whole(pager, id)?;
             let (k, head) = block::open(&whole, id, pager.file_name(), at)?;
-            let mut node = Node::decode_head(k, head).map_err(bad)?;
+            let mut node = Block::decode_head(k, head).map_err(bad)?;
             node.install_from(pager, id, &whole)?;
             return Ok(node);
         }
         let (k, head) = pager.read_head(id)?;
-        Node::decode_head(k, &head).map_err(bad)
+        Block::decode_head(k, &head).map_err(bad)
     }
 
     fn seal(&mut self, id: NodeId) -> Sealed {
         let head_len = match self {
-            Node::Internal(n) => n.head_len(),
-            Node::Leaf(l) => l.head_len(),
-            Node::Run(r) => r.head_len(),
+            Block::Internal(n) => n.head_len(),
+            Block::Leaf(l) => l.head_len(),
+            Block::Run(r) => r.head_len(),
         };
         // Partitions are located and summed as they are laid out after the head. Segments are
         // encoded into one buffer; basements are written from their own buffers, uncopied.
@@ -541,7 +544,7 @@ impl StoredNode for Node {
             loc
         };
         let tail = match self {
-            Node::Internal(Internal { segs, .. }) | Node::Run(Run { chunks: segs, .. }) => {
+            Block::Internal(Internal { segs, .. }) | Block::Run(Run { chunks: segs, .. }) => {
                 let mut buf = Vec::with_capacity(segs.iter().map(|s| s.bytes).sum());
                 for s in segs {
                     let start = buf.len();
@@ -550,7 +553,7 @@ impl StoredNode for Node {
                 }
                 vec![Chunk::Owned(buf)]
             }
-            Node::Leaf(l) => {
+            Block::Leaf(l) => {
                 let mut tail = Vec::with_capacity(2 * l.bases.len());
                 for b in &mut l.bases {
                     // A written basement gives back the slack its in-place inserts left.
@@ -581,14 +584,14 @@ impl StoredNode for Node {
             drop
         };
         match self {
-            Node::Internal(Internal { segs, .. }) | Node::Run(Run { chunks: segs, .. }) => {
+            Block::Internal(Internal { segs, .. }) | Block::Run(Run { chunks: segs, .. }) => {
                 segs.iter_mut().for_each(|s| {
                     if drop_data(s.data.is_some(), s.loc.is_some()) {
                         s.data = None;
                     }
                 })
             }
-            Node::Leaf(l) => l.bases.iter_mut().for_each(|b| {
+            Block::Leaf(l) => l.bases.iter_mut().for_each(|b| {
                 if drop_data(b.data.is_some(), b.loc.is_some()) {
                     b.data = None;
                 }

@@ -1,0 +1,97 @@
+//! The Bε-tree's configuration: its geometry (node size B, fanout F, basement size), the
+//! limits it must keep, what follows from it (segment cap, inline value limit), and where it
+//! came from. Fixed when the tree is created and recorded in its metadata.
+
+use super::*;
+
+/// Where a tree's geometry came from, recorded so that `stats` can say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Given in `Options`.
+    Explicit,
+    /// The built-in default: no device profile was saved.
+    Default,
+    /// Chosen by the tuner from the saved device profile.
+    Profile,
+}
+
+impl Origin {
+    pub(super) fn byte(self) -> u8 {
+        match self {
+            Origin::Explicit => 0,
+            Origin::Default => 1,
+            Origin::Profile => 2,
+        }
+    }
+    pub(super) fn from_byte(b: u8) -> Origin {
+        match b {
+            1 => Origin::Default,
+            2 => Origin::Profile,
+            _ => Origin::Explicit,
+        }
+    }
+    pub fn describe(self) -> &'static str {
+        match self {
+            Origin::Explicit => "given in the options",
+            Origin::Default => "built-in default (no saved device profile)",
+            Origin::Profile => "tuned from the saved device profile",
+        }
+    }
+}
+
+/// Node geometry, fixed when the tree is created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub node_size: usize,
+    pub fanout: usize,
+    pub basement: usize,
+}
+
+/// The geometry used when no device profile is saved: 1 MiB nodes, fanout 16, 64 KiB
+/// basements.
+pub const DEFAULT_GEOMETRY: Geometry = Geometry {
+    node_size: 1 << 20,
+    fanout: 16,
+    basement: 64 << 10,
+};
+
+impl Geometry {
+    pub fn check(&self) -> Result<()> {
+        let Geometry {
+            node_size,
+            fanout,
+            basement,
+        } = *self;
+        let bad = |why: String| Err(Error::InvalidOptions(why));
+        if !node_size.is_power_of_two() || !(4 << 10..=64 << 20).contains(&node_size) {
+            return bad(format!(
+                "Bε-tree node size must be a power of two from 4 KiB to 64 MiB, not {node_size}"
+            ));
+        }
+        if !(3..=256).contains(&fanout) {
+            return bad(format!(
+                "Bε-tree fanout must be from 3 to 256, not {fanout}"
+            ));
+        }
+        if !basement.is_power_of_two() || basement < 1024 || basement > node_size {
+            return bad(format!(
+                "Bε-tree basement size must be a power of two from 1 KiB to the node size, not {basement}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// A segment larger than this is flushed: a query then reads at most about B/F bytes of
+    /// buffer per level (Theorem 9).
+    pub(super) fn segment_cap(&self) -> usize {
+        (self.node_size / self.fanout).max(EMPTY_SEGMENT + 1)
+    }
+
+    /// Values longer than this go out of line, so that one value never dominates a segment or
+    /// a basement.
+    pub(super) fn inline_max(&self) -> usize {
+        (self.basement / 4)
+            .min(self.node_size / (4 * self.fanout))
+            .max(64)
+    }
+}

@@ -1,0 +1,176 @@
+//! The flusher: an internal node over its limits empties its heaviest segment into the child,
+//! by spilling it as a run beside a leaf that is not in memory (within the run budget,
+//! `policy`) or by draining it, with the child's runs, into the child.
+
+use super::*;
+
+impl BeTree {
+    /// Flush from a resident internal node at `depth` (the root's is 1) while it is over its
+    /// limits, heaviest segment first.
+    pub(super) fn relieve(&mut self, pin: &Pin<Block>, depth: u32) -> Result<()> {
+        loop {
+            let pick = {
+                let g = pin.read();
+                let n = internal(&g);
+                let (j, bytes) = n
+                    .segs
+                    .iter()
+                    .map(|s| s.bytes)
+                    .enumerate()
+                    .max_by_key(|&(_, b)| b)
+                    .expect("internal nodes have children");
+                let over = n.size() > self.geo.node_size || bytes > self.geo.segment_cap();
+                (over && bytes > EMPTY_SEGMENT).then_some(j)
+            };
+            let Some(j) = pick else { return Ok(()) };
+            self.flush(pin, j, depth)?;
+        }
+    }
+
+    /// Empty segment j of a resident internal node at `depth`: spill it as a run when child j
+    /// is a leaf that is not in the cache and has room for more runs, else `drain` it into the
+    /// child.
+    ///
+    /// A leaf that is not resident would be read whole and written whole for about B/F bytes of
+    /// messages, about F bytes written per byte flushed. A run writes those bytes once, and the
+    /// leaf is rewritten once for up to `RUN_BUDGET` node sizes of runs. A resident leaf takes
+    /// the messages at once: it costs no read, and it is written once per checkpoint however
+    /// many flushes it takes. Whether the child is a leaf follows from the depth, so deciding
+    /// costs no IO.
+    pub(super) fn flush(&mut self, parent: &Pin<Block>, j: usize, depth: u32) -> Result<()> {
+        let child_id = internal(&parent.read()).children[j];
+        if depth + 1 == self.height && !self.fully_resident(child_id)? {
+            let room = {
+                let g = parent.read();
+                let n = internal(&g);
+                let runs = &n.runs[j];
+                let run_bytes: usize = runs.iter().map(|r| r.bytes as usize).sum();
+                policy::may_spill(runs.len(), run_bytes, n.segs[j].bytes, self.geo.node_size)
+            };
+            if room {
+                return self.spill(parent, j);
+            }
+        }
+        let child = self.store.get(child_id)?;
+        self.drain(parent, j, child, depth)
+    }
+
+    /// Whether node `id` is in the cache with every partition (no IO).
+    pub(super) fn fully_resident(&mut self, id: NodeId) -> Result<bool> {
+        if !self.store.is_resident(id) {
+            return Ok(false);
+        }
+        let pin = self.store.get(id)?;
+        let g = pin.read();
+        Ok((0..g.parts()).all(|i| g.loaded(i)))
+    }
+
+    /// Write segment j out as a run of child j's, leaving the child as it is.
+    pub(super) fn spill(&mut self, parent: &Pin<Block>, j: usize) -> Result<()> {
+        let seg = {
+            let mut g = parent.write();
+            std::mem::replace(&mut internal_mut(&mut g).segs[j], empty_seg())
+        };
+        let seg = seg.data.expect("dirty nodes are resident");
+        let filter = if seg.ranges().is_empty() {
+            Filter::build(seg.points().iter().map(|m| m.key.as_slice()))
+        } else {
+            Filter::any()
+        };
+        let (bytes, count) = (seg.bytes() as u32, seg.len() as u32);
+        let id = self
+            .store
+            .create(Block::Run(Run::new(seg, self.geo.basement)))?
+            .id();
+        self.runs += 1;
+        internal_mut(&mut parent.write()).runs[j].push(RunRef {
+            id,
+            bytes,
+            count,
+            filter,
+        });
+        self.store.mark_dirty(parent);
+        Ok(())
+    }
+
+    /// Take child j's runs out of a resident internal node: their messages, oldest first. The
+    /// runs are freed.
+    pub(super) fn take_runs(&mut self, parent: &Pin<Block>, j: usize) -> Result<Vec<Msg>> {
+        let refs = std::mem::take(&mut internal_mut(&mut parent.write()).runs[j]);
+        if refs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.store.mark_dirty(parent);
+        let mut msgs = Vec::new();
+        for r in refs {
+            let run = self.load_run(r.id)?;
+            self.store.free(r.id);
+            self.runs -= 1;
+            self.buffered -= run.len() as u64;
+            msgs.extend(run);
+        }
+        Ok(msgs)
+    }
+
+    /// A run's messages, oldest first (a copy: a run is never changed, and may stay cached).
+    pub(super) fn load_run(&mut self, id: NodeId) -> Result<Vec<Msg>> {
+        let pin = self.store.get(id)?;
+        if !matches!(&*pin.read(), Block::Run(_)) {
+            return Err(self.not_a_run(id));
+        }
+        self.load_all(&pin)?;
+        let g = pin.read();
+        let Block::Run(run) = &*g else {
+            unreachable!("checked above")
+        };
+        let mut msgs: Vec<Msg> = run
+            .chunks
+            .iter()
+            .flat_map(|c| c.get().points().iter().chain(c.get().ranges()).cloned())
+            .collect();
+        msgs.sort_by_key(|m| m.seq);
+        Ok(msgs)
+    }
+
+    /// Move child j's runs and segment j of a resident internal node into child j (pinned),
+    /// then fix the child's shape.
+    pub(super) fn drain(
+        &mut self,
+        parent: &Pin<Block>,
+        j: usize,
+        child: Pin<Block>,
+        depth: u32,
+    ) -> Result<()> {
+        let mut msgs = self.take_runs(parent, j)?;
+        let seg = {
+            let mut g = parent.write();
+            std::mem::replace(&mut internal_mut(&mut g).segs[j], empty_seg())
+        };
+        self.buffered -= seg.count as u64;
+        let seg = seg.data.expect("dirty nodes are resident");
+        if msgs.is_empty() {
+            msgs = seg.into_messages();
+        } else {
+            // Runs are older than the segment: everything oldest first.
+            msgs.extend(seg.into_by_seq());
+        }
+        self.store.mark_dirty(parent);
+        self.deliver(&child, msgs, depth + 1)?;
+        self.fix_child(parent, j, child)
+    }
+
+    // ---- messages into leaves --------------------------------------------------------------
+
+    /// Give `msgs` to `pin` (at `depth`), loaded whole: applied if it is a leaf, else routed
+    /// into its segments, which are then relieved (flushed while over their limits).
+    pub(super) fn deliver(&mut self, pin: &Pin<Block>, msgs: Vec<Msg>, depth: u32) -> Result<()> {
+        self.load_all(pin)?;
+        let is_leaf = pin.read().is_leaf();
+        if is_leaf {
+            self.apply_to_leaf(pin, msgs)
+        } else {
+            self.route(pin, msgs);
+            self.relieve(pin, depth)
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Reading the Bε-tree: the descent from the root to the leaf that holds a key, collecting the
+//! messages buffered for it on the way, and their resolution against the leaf's entry (newest
+//! last), so that an answer is exact however much is still buffered.
+
+use super::*;
+
+impl BeTree {
+    /// The value of `key` after applying `events` (seq order) to `base`: read-only.
+    pub(super) fn resolve(
+        &self,
+        key: &[u8],
+        base: Option<ValRef>,
+        events: &[&Msg],
+    ) -> Result<Option<Vec<u8>>> {
+        // Start from the last message that sets the value outright; upserts after it stack.
+        let from = events
+            .iter()
+            .rposition(|m| !matches!(m.body, Body::Upsert(_)));
+        let mut cur = match from {
+            Some(i) => match &events[i].body {
+                Body::Put(v) => Some(self.read_val(v)?),
+                _ => None,
+            },
+            None => base.map(|v| self.read_ref(v)).transpose()?,
+        };
+        for m in &events[from.map_or(0, |i| i + 1)..] {
+            if let Body::Upsert(op) = &m.body {
+                cur = self.merge_op()?.merge(key, cur.as_deref(), op);
+            }
+        }
+        Ok(cur)
+    }
+
+    // ---- reads -----------------------------------------------------------------------------
+
+    /// Descend toward `at` (a key, or a scan's cursor), letting `collect` take what it needs
+    /// from the segment on the path at each level, and from the runs of the child it goes to
+    /// (for a point query, `probe`, only those whose filter may hold the key). Returns the
+    /// leaf, its fences (the nearest pivots on either side, when `fences` asks for them) and
+    /// what was collected.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn descend(
+        &mut self,
+        at: Bound<&[u8]>,
+        reverse: bool,
+        fences: bool,
+        probe: Option<&[u8]>,
+        collect: impl Fn(&Segment, &mut Vec<Msg>),
+    ) -> Result<(Pin<Block>, Option<Vec<u8>>, Option<Vec<u8>>, Vec<Msg>)> {
+        let (mut lo, mut hi): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
+        let mut msgs = Vec::new();
+        let mut pin = self.store.get(self.root)?;
+        loop {
+            let step = match &*pin.read() {
+                Block::Internal(n) => {
+                    let i = match (at, reverse) {
+                        (Bound::Unbounded, false) => 0,
+                        (Bound::Unbounded, true) => n.children.len() - 1,
+                        (Bound::Included(k), _) | (Bound::Excluded(k), false) => n.child_for(k),
+                        (Bound::Excluded(k), true) => n.child_below(k),
+                    };
+                    if fences {
+                        let (l, h) = n.bounds(i);
+                        if let Some(l) = l {
+                            lo = Some(l.to_vec());
+                        }
+                        if let Some(h) = h {
+                            hi = Some(h.to_vec());
+                        }
+                    }
+                    Some((i, n.children[i]))
+                }
+                Block::Leaf(_) => None,
+                Block::Run(_) => return Err(self.not_a_node(pin.id())),
+            };
+            let Some((i, child)) = step else {
+                return Ok((pin, lo, hi, msgs));
+            };
+            self.load_part(&pin, i)?;
+            let runs: Vec<NodeId> = {
+                let g = pin.read();
+                let n = internal(&g);
+                collect(n.segs[i].get(), &mut msgs);
+                n.runs[i]
+                    .iter()
+                    .filter(|r| probe.is_none_or(|k| r.filter.may_hold(k)))
+                    .map(|r| r.id)
+                    .collect()
+            };
+            for id in runs {
+                // A point query reads the one chunk its key falls in; a scan reads them all.
+                let run = self.store.get(id)?;
+                let chunks = match (&*run.read(), probe) {
+                    (Block::Run(r), Some(k)) => vec![r.chunk_for(k)],
+                    (Block::Run(r), None) => (0..r.chunks.len()).collect(),
+                    _ => return Err(self.not_a_run(id)),
+                };
+                for c in chunks {
+                    self.load_part(&run, c)?;
+                    let g = run.read();
+                    let Block::Run(r) = &*g else {
+                        unreachable!("checked above")
+                    };
+                    collect(r.chunks[c].get(), &mut msgs);
+                }
+            }
+            pin = self.store.get(child)?;
+        }
+    }
+}
