@@ -99,3 +99,70 @@ impl BeTree {
         m
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{SimDevice, SimDisk};
+
+    fn tree() -> BeTree {
+        let disk = SimDisk::new(Default::default(), 0.0);
+        let pager = Pager::create(Arc::new(SimDevice::new("data", disk)));
+        let geo = Geometry {
+            node_size: 64 << 10,
+            fanout: 8,
+            basement: 4096,
+        };
+        BeTree::create(pager, geo, Origin::Profile, 1 << 20, None).unwrap()
+    }
+
+    /// The metadata's bytes are a format: a change of code must not change them.
+    #[test]
+    fn metadata_golden_bytes() {
+        let mut t = tree();
+        t.root = 0x0102_0304_0506_0708;
+        t.next_seq = 9;
+        (t.live_keys, t.live_bytes, t.leaves, t.internals) = (10, 11, 12, 13);
+        (t.blobs, t.buffered, t.runs) = (14, 15, 16);
+        let mut want = vec![ENGINE_TAG, 2];
+        want.extend([0, 0, 1, 0, 8, 0, 0, 0, 0, 16, 0, 0]); // 64 KiB, 8, 4 KiB
+        want.extend([8, 7, 6, 5, 4, 3, 2, 1]); // root
+        want.extend([1, 0, 0, 0]); // height
+        for v in [9u8, 10, 11, 12, 13, 14, 15] {
+            want.extend([v, 0, 0, 0, 0, 0, 0, 0]);
+        }
+        want.push(2); // origin: the tuner
+        want.extend([16, 0, 0, 0, 0, 0, 0, 0]); // runs
+        assert_eq!(t.meta(), want);
+        assert_eq!(want.len(), META_LEN);
+    }
+
+    /// Version 1 (before the count of runs) still opens, as having none.
+    #[test]
+    fn version_1_metadata_opens_with_no_runs() {
+        let t = tree();
+        let mut m = t.meta();
+        m.truncate(META_V1_LEN);
+        m[1] = 1;
+        let pager = t.store.pager();
+        let cp = Checkpoint {
+            engine_meta: m.clone(),
+            ..pager.last_checkpoint().clone()
+        };
+        let dev = pager.device().clone();
+        let (p, _) = Pager::open(dev).unwrap();
+        let opened = BeTree::open(p, &cp, 1 << 20, None).unwrap();
+        assert_eq!(opened.runs, 0);
+        assert_eq!(opened.geo, t.geo);
+        m[1] = 3;
+        let cp = Checkpoint {
+            engine_meta: m,
+            ..cp
+        };
+        let (p, _) = Pager::open(t.store.pager().device().clone()).unwrap();
+        assert!(matches!(
+            BeTree::open(p, &cp, 1 << 20, None),
+            Err(Error::UnsupportedVersion { found: 3, .. })
+        ));
+    }
+}

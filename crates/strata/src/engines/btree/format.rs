@@ -1,0 +1,99 @@
+//! The B+-tree's metadata in the superblock, written with every checkpoint and read at open.
+//!
+//! ```text
+//! 0 tag u8 (1) | 1 version u8 | 2 node size u32 | 6 root u64 | 14 live keys u64 |
+//! 22 live bytes u64 | 30 leaves u64 | 38 internal nodes u64 | 46 blobs u64 | 54 height u32
+//! ```
+//! A newer version is refused, not guessed at.
+
+use super::*;
+
+pub(super) const META_VERSION: u8 = 1;
+
+impl BTree {
+    pub fn open(
+        pager: Pager,
+        cp: &Checkpoint,
+        cache_bytes: usize,
+        merge: Option<Arc<dyn MergeOperator>>,
+    ) -> Result<BTree> {
+        let m = &cp.engine_meta;
+        let bad = |what: &str| {
+            Error::corruption(pager.file_name(), 0, format!("B+-tree metadata: {what}"))
+        };
+        if m.len() < 58 || m[0] != ENGINE_TAG {
+            return Err(bad("missing or not a B+-tree"));
+        }
+        if m[1] > META_VERSION {
+            return Err(Error::UnsupportedVersion {
+                file: pager.file_name().to_string(),
+                found: m[1] as u32,
+                supported: META_VERSION as u32,
+            });
+        }
+        let u64_at = |i: usize| u64::from_le_bytes(m[i..i + 8].try_into().unwrap());
+        let node_size = u32::from_le_bytes(m[2..6].try_into().unwrap()) as usize;
+        Self::check_node_size(node_size).map_err(|_| bad("node size out of range"))?;
+        let height = u32::from_le_bytes(m[54..58].try_into().unwrap());
+        // A write's descent reserves a path of `height` nodes, and height 0 underflows when
+        // the root collapses.
+        if !(1..=MAX_HEIGHT).contains(&height) {
+            return Err(bad("height out of range"));
+        }
+        Ok(BTree {
+            store: NodeStore::new(pager, cache_bytes),
+            merge,
+            root: u64_at(6),
+            node_size,
+            inline_max: node_size / 4,
+            height,
+            live_keys: u64_at(14),
+            live_bytes: u64_at(22),
+            leaves: u64_at(30),
+            internals: u64_at(38),
+            blobs: u64_at(46),
+        })
+    }
+
+    pub(super) fn meta(&self) -> Vec<u8> {
+        let mut m = vec![ENGINE_TAG, META_VERSION];
+        m.extend_from_slice(&(self.node_size as u32).to_le_bytes());
+        for v in [
+            self.root,
+            self.live_keys,
+            self.live_bytes,
+            self.leaves,
+            self.internals,
+            self.blobs,
+        ] {
+            m.extend_from_slice(&v.to_le_bytes());
+        }
+        m.extend_from_slice(&self.height.to_le_bytes());
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{SimDevice, SimDisk};
+
+    /// The metadata's bytes are a format: a change of code must not change them.
+    #[test]
+    fn metadata_golden_bytes() {
+        let disk = SimDisk::new(Default::default(), 0.0);
+        let pager = Pager::create(Arc::new(SimDevice::new("data", disk)));
+        let mut t = BTree::create(pager, 4096, 1 << 20, None).unwrap();
+        t.root = 0x0102_0304_0506_0708;
+        (t.live_keys, t.live_bytes, t.leaves, t.internals, t.blobs) = (10, 11, 12, 13, 14);
+        t.height = 3;
+        let mut want = vec![ENGINE_TAG, 1];
+        want.extend([0, 16, 0, 0]); // 4 KiB nodes
+        want.extend([8, 7, 6, 5, 4, 3, 2, 1]); // root
+        for v in [10u8, 11, 12, 13, 14] {
+            want.extend([v, 0, 0, 0, 0, 0, 0, 0]);
+        }
+        want.extend([3, 0, 0, 0]); // height
+        assert_eq!(t.meta(), want);
+    }
+}
