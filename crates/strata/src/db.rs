@@ -576,22 +576,6 @@ pub struct RangeIter<'a> {
     done: bool,
 }
 
-fn below(key: &[u8], hi: &Bound<Vec<u8>>) -> bool {
-    match hi {
-        Bound::Included(h) => key <= h.as_slice(),
-        Bound::Excluded(h) => key < h.as_slice(),
-        Bound::Unbounded => true,
-    }
-}
-
-fn above(key: &[u8], lo: &Bound<Vec<u8>>) -> bool {
-    match lo {
-        Bound::Included(l) => key >= l.as_slice(),
-        Bound::Excluded(l) => key > l.as_slice(),
-        Bound::Unbounded => true,
-    }
-}
-
 impl RangeIter<'_> {
     fn step(&mut self, reverse: bool) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
         if self.done {
@@ -627,7 +611,11 @@ impl RangeIter<'_> {
             return None;
         };
         // The other end may have moved past this key since the page was fetched.
-        if !(above(&k, &self.lo) && below(&k, &self.hi)) {
+        let (lo, hi) = (
+            self.lo.as_ref().map(Vec::as_slice),
+            self.hi.as_ref().map(Vec::as_slice),
+        );
+        if !crate::kv::within(&k, lo, hi) {
             self.done = true;
             return None;
         }

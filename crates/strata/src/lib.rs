@@ -14,7 +14,7 @@
 //!  7 profile                       measures devices, fits models
 //!  6 engines/{btree, betree}       never import each other
 //!  5 engine                        the Engine trait, stats, check, salvage walk
-//!  4 layout                        node-encoding toolkit, engine metadata
+//!  4 layout                        (reserved: the node-encoding toolkit, docs/architecture.md)
 //!  3 kv                            ops, merge, values and blobs, keys, bounds, filter
 //!  2 storage                       devices, IoStats, allocator, blocks, pager, pool
 //!  1 model                         pure cost models
