@@ -1,4 +1,5 @@
-//! Decoding helpers shared by the on-disk formats.
+//! Encoding and decoding helpers shared by the on-disk formats: `Reader` and its matching
+//! `Writer` (little-endian, fields in order).
 //!
 //! Every count and length in a decoder's input is untrusted: a decoder reads through `Reader`,
 //! which fails instead of reading past the end, and sizes what it reserves with `capacity`, so
@@ -54,5 +55,55 @@ impl<'a> Reader<'a> {
         } else {
             Err(format!("{} trailing bytes", self.p.len() - self.at))
         }
+    }
+}
+
+/// The matching little-endian writer: fields appended in order.
+#[derive(Debug, Default)]
+pub(crate) struct Writer {
+    buf: Vec<u8>,
+}
+
+impl Writer {
+    pub fn new() -> Writer {
+        Writer::default()
+    }
+    pub fn bytes(&mut self, b: &[u8]) -> &mut Writer {
+        self.buf.extend_from_slice(b);
+        self
+    }
+    pub fn u8(&mut self, v: u8) -> &mut Writer {
+        self.buf.push(v);
+        self
+    }
+    pub fn u32(&mut self, v: u32) -> &mut Writer {
+        self.bytes(&v.to_le_bytes())
+    }
+    pub fn u64(&mut self, v: u64) -> &mut Writer {
+        self.bytes(&v.to_le_bytes())
+    }
+    pub fn finish(self) -> Vec<u8> {
+        self.buf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_writer_writes_the_reader_reads() {
+        let mut w = Writer::new();
+        w.u8(7).u32(0x0304_0506).u64(u64::MAX - 1).bytes(b"end");
+        let b = w.finish();
+        assert_eq!(b.len(), 1 + 4 + 8 + 3);
+        assert_eq!(&b[..3], &[7, 6, 5]);
+        let mut r = Reader::new(&b);
+        assert_eq!(r.u8().unwrap(), 7);
+        assert_eq!(r.u32().unwrap(), 0x0304_0506);
+        assert_eq!(r.u64().unwrap(), u64::MAX - 1);
+        assert_eq!(r.bytes(3).unwrap(), b"end");
+        r.finish().unwrap();
+        assert!(r.u8().unwrap_err().contains("truncated at byte 16 of 16"));
     }
 }

@@ -7,10 +7,43 @@ use std::sync::Arc;
 
 pub mod salvage;
 
-use crate::error::Result;
+use crate::codec::{Reader, Writer};
+use crate::error::{Error, Result};
 use crate::kv::Op;
 use crate::storage::{CacheStats, Commit, Device, NodeStore, StoredNode};
 use salvage::{Damage, Sink};
+
+/// The head of every engine's metadata in the superblock: its tag, then its format version.
+pub(crate) fn meta_writer(tag: u8, version: u8) -> Writer {
+    let mut w = Writer::new();
+    w.u8(tag).u8(version);
+    w
+}
+
+/// Read the head of an engine's metadata (`meta_writer`): the engine's tag, and a version no
+/// newer than `newest`. Returns the version and a reader at the first field; `bad` makes the
+/// error a field that does not read becomes.
+pub(crate) fn meta_reader<'a>(
+    meta: &'a [u8],
+    tag: u8,
+    newest: u8,
+    file: &str,
+    bad: impl Fn(&str) -> Error,
+) -> Result<(u8, Reader<'a>)> {
+    let mut r = Reader::new(meta);
+    if r.u8().ok() != Some(tag) {
+        return Err(bad("missing or another engine's"));
+    }
+    let version = r.u8().map_err(|e| bad(&e))?;
+    if version > newest {
+        return Err(Error::UnsupportedVersion {
+            file: file.to_string(),
+            found: version as u32,
+            supported: newest as u32,
+        });
+    }
+    Ok((version, r))
+}
 
 /// No tree is taller: internal nodes have two children or more, so this height takes 2^63
 /// leaves. Engines refuse metadata that claims more.

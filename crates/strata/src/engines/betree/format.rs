@@ -8,13 +8,15 @@
 //! Version 1 ends before `runs` (read as none). A newer version is refused, not guessed at.
 
 use super::*;
+use crate::engine::{meta_reader, meta_writer};
 
 /// Version 2 added the count of runs (version 1, without it, is read as having none).
 pub(super) const META_VERSION: u8 = 2;
 
-pub(super) const META_V1_LEN: usize = 2 + 12 + 8 + 4 + 7 * 8 + 1;
-
-pub(super) const META_LEN: usize = META_V1_LEN + 8;
+#[cfg(test)]
+const META_V1_LEN: usize = 2 + 12 + 8 + 4 + 7 * 8 + 1;
+#[cfg(test)]
+const META_LEN: usize = META_V1_LEN + 8;
 
 impl BeTree {
     pub fn open(
@@ -23,65 +25,57 @@ impl BeTree {
         cache_bytes: usize,
         merge: Option<Arc<dyn MergeOperator>>,
     ) -> Result<BeTree> {
-        let m = &cp.engine_meta;
-        let bad = |what: &str| {
-            Error::corruption(pager.file_name(), 0, format!("Bε-tree metadata: {what}"))
-        };
-        if m.len() < META_V1_LEN || m[0] != ENGINE_TAG {
-            return Err(bad("missing or not a Bε-tree"));
-        }
-        if m[1] > META_VERSION {
-            return Err(Error::UnsupportedVersion {
-                file: pager.file_name().to_string(),
-                found: m[1] as u32,
-                supported: META_VERSION as u32,
-            });
-        }
-        let u32_at = |i: usize| u32::from_le_bytes(m[i..i + 4].try_into().unwrap()) as usize;
-        let u64_at = |i: usize| u64::from_le_bytes(m[i..i + 8].try_into().unwrap());
+        let file = pager.file_name().to_string();
+        let bad = |what: &str| Error::corruption(&file, 0, format!("Bε-tree metadata: {what}"));
+        let (version, mut r) = meta_reader(&cp.engine_meta, ENGINE_TAG, META_VERSION, &file, bad)?;
+        let field = |e: String| bad(&e);
         let geo = Geometry {
-            node_size: u32_at(2),
-            fanout: u32_at(6),
-            basement: u32_at(10),
+            node_size: r.u32().map_err(field)? as usize,
+            fanout: r.u32().map_err(field)? as usize,
+            basement: r.u32().map_err(field)? as usize,
         };
         geo.check().map_err(|_| bad("geometry out of range"))?;
-        let runs = match m[1] {
-            1 => 0,
-            _ if m.len() < META_LEN => return Err(bad("metadata too short")),
-            _ => u64_at(83),
-        };
-        let height = u32_at(22) as u32;
-        // No tree is taller (see `btree::MAX_HEIGHT`), and height 0 underflows when the root
-        // collapses.
+        let root = r.u64().map_err(field)?;
+        let height = r.u32().map_err(field)?;
+        // No tree is taller (see `MAX_HEIGHT`), and height 0 underflows when the root collapses.
         if !(1..=MAX_HEIGHT).contains(&height) {
             return Err(bad("height out of range"));
         }
+        let mut counts = [0u64; 7];
+        for c in &mut counts {
+            *c = r.u64().map_err(field)?;
+        }
+        let [next_seq, live_keys, live_bytes, leaves, internals, blobs, buffered] = counts;
+        let origin = Origin::from_byte(r.u8().map_err(field)?);
+        let runs = match version {
+            1 => 0,
+            _ => r.u64().map_err(field)?,
+        };
         Ok(BeTree {
             store: NodeStore::new(pager, cache_bytes),
             merge,
             geo,
-            origin: Origin::from_byte(m[82]),
-            root: u64_at(14),
+            origin,
+            root,
             height,
-            next_seq: u64_at(26),
-            live_keys: u64_at(34),
-            live_bytes: u64_at(42),
-            leaves: u64_at(50),
-            internals: u64_at(58),
-            blobs: u64_at(66),
-            buffered: u64_at(74),
+            next_seq,
+            live_keys,
+            live_bytes,
+            leaves,
+            internals,
+            blobs,
+            buffered,
             runs,
             scratch: Scratch::default(),
         })
     }
 
     pub(super) fn meta(&self) -> Vec<u8> {
-        let mut m = vec![ENGINE_TAG, META_VERSION];
+        let mut w = meta_writer(ENGINE_TAG, META_VERSION);
         for v in [self.geo.node_size, self.geo.fanout, self.geo.basement] {
-            m.extend_from_slice(&(v as u32).to_le_bytes());
+            w.u32(v as u32);
         }
-        m.extend_from_slice(&self.root.to_le_bytes());
-        m.extend_from_slice(&self.height.to_le_bytes());
+        w.u64(self.root).u32(self.height);
         for v in [
             self.next_seq,
             self.live_keys,
@@ -91,12 +85,10 @@ impl BeTree {
             self.blobs,
             self.buffered,
         ] {
-            m.extend_from_slice(&v.to_le_bytes());
+            w.u64(v);
         }
-        m.push(self.origin.byte());
-        m.extend_from_slice(&self.runs.to_le_bytes());
-        debug_assert_eq!(m.len(), META_LEN);
-        m
+        w.u8(self.origin.byte()).u64(self.runs);
+        w.finish()
     }
 }
 

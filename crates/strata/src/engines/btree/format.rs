@@ -7,6 +7,7 @@
 //! A newer version is refused, not guessed at.
 
 use super::*;
+use crate::engine::{meta_reader, meta_writer};
 
 pub(super) const META_VERSION: u8 = 1;
 
@@ -17,24 +18,19 @@ impl BTree {
         cache_bytes: usize,
         merge: Option<Arc<dyn MergeOperator>>,
     ) -> Result<BTree> {
-        let m = &cp.engine_meta;
-        let bad = |what: &str| {
-            Error::corruption(pager.file_name(), 0, format!("B+-tree metadata: {what}"))
-        };
-        if m.len() < 58 || m[0] != ENGINE_TAG {
-            return Err(bad("missing or not a B+-tree"));
-        }
-        if m[1] > META_VERSION {
-            return Err(Error::UnsupportedVersion {
-                file: pager.file_name().to_string(),
-                found: m[1] as u32,
-                supported: META_VERSION as u32,
-            });
-        }
-        let u64_at = |i: usize| u64::from_le_bytes(m[i..i + 8].try_into().unwrap());
-        let node_size = u32::from_le_bytes(m[2..6].try_into().unwrap()) as usize;
+        let file = pager.file_name().to_string();
+        let bad = |what: &str| Error::corruption(&file, 0, format!("B+-tree metadata: {what}"));
+        let (_, mut r) = meta_reader(&cp.engine_meta, ENGINE_TAG, META_VERSION, &file, bad)?;
+        let field = |e: String| bad(&e);
+        let node_size = r.u32().map_err(field)? as usize;
         Self::check_node_size(node_size).map_err(|_| bad("node size out of range"))?;
-        let height = u32::from_le_bytes(m[54..58].try_into().unwrap());
+        let root = r.u64().map_err(field)?;
+        let mut counts = [0u64; 5];
+        for c in &mut counts {
+            *c = r.u64().map_err(field)?;
+        }
+        let [live_keys, live_bytes, leaves, internals, blobs] = counts;
+        let height = r.u32().map_err(field)?;
         // A write's descent reserves a path of `height` nodes, and height 0 underflows when
         // the root collapses.
         if !(1..=MAX_HEIGHT).contains(&height) {
@@ -43,21 +39,21 @@ impl BTree {
         Ok(BTree {
             store: NodeStore::new(pager, cache_bytes),
             merge,
-            root: u64_at(6),
+            root,
             node_size,
             inline_max: node_size / 4,
             height,
-            live_keys: u64_at(14),
-            live_bytes: u64_at(22),
-            leaves: u64_at(30),
-            internals: u64_at(38),
-            blobs: u64_at(46),
+            live_keys,
+            live_bytes,
+            leaves,
+            internals,
+            blobs,
         })
     }
 
     pub(super) fn meta(&self) -> Vec<u8> {
-        let mut m = vec![ENGINE_TAG, META_VERSION];
-        m.extend_from_slice(&(self.node_size as u32).to_le_bytes());
+        let mut w = meta_writer(ENGINE_TAG, META_VERSION);
+        w.u32(self.node_size as u32);
         for v in [
             self.root,
             self.live_keys,
@@ -66,10 +62,10 @@ impl BTree {
             self.internals,
             self.blobs,
         ] {
-            m.extend_from_slice(&v.to_le_bytes());
+            w.u64(v);
         }
-        m.extend_from_slice(&self.height.to_le_bytes());
-        m
+        w.u32(self.height);
+        w.finish()
     }
 }
 
