@@ -2,6 +2,7 @@
 //! Bε-tree implement it). Engines are single-threaded objects: the
 //! `Db` serialises calls, logs writes ahead and decides when to checkpoint.
 
+use std::collections::HashSet;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ pub mod salvage;
 use crate::codec::{Reader, Writer};
 use crate::error::{Error, Result};
 use crate::kv::Op;
-use crate::storage::{CacheStats, Commit, Device, NodeStore, StoredNode};
+use crate::storage::{CacheStats, Commit, Device, NodeId, NodeStore, Pager, StoredNode};
 use salvage::{Damage, Sink};
 
 /// The head of every engine's metadata in the superblock: its tag, then its format version.
@@ -43,6 +44,20 @@ pub(crate) fn meta_reader<'a>(
         });
     }
     Ok((version, r))
+}
+
+/// The end of every engine's `check`: each block of the translation table is reachable from
+/// the engine's roots (`reachable`, gathered by its walk); one that is not is leaked space, or a
+/// part of the structure its parent lost.
+pub(crate) fn check_reachable(pager: &Pager, reachable: &HashSet<NodeId>) -> Result<()> {
+    match pager.ids().into_iter().find(|id| !reachable.contains(id)) {
+        Some(id) => Err(Error::corruption(
+            pager.file_name(),
+            0,
+            format!("node {id} is in the translation table but unreachable"),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// No tree is taller: internal nodes have two children or more, so this height takes 2^63

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 use crate::error::{Error, Result};
-use crate::storage::NodeId;
+use crate::storage::{NodeId, Pager};
 
 /// A range of keys [lo, hi); `None` is unbounded on that side.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -242,6 +242,16 @@ impl<'a, H> Walk<'a, H> {
             damage,
             extra,
         });
+    }
+
+    /// The ids of `pager`'s table the walk never reached: those below damaged nodes (and
+    /// blobs, which are reached through what refers to them).
+    pub fn unreached(&self, pager: &Pager) -> Vec<NodeId> {
+        pager
+            .ids()
+            .into_iter()
+            .filter(|id| !self.seen.contains(id))
+            .collect()
     }
 
     /// The hole whose range holds `key`.

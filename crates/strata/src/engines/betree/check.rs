@@ -3,6 +3,7 @@
 //! filters, and the counts the metadata keeps, then a paged scan of what a reader sees.
 
 use super::*;
+use crate::engine::check_reachable;
 
 impl BeTree {
     /// `Engine::check`: every block's checksum, then the walk, then what a reader sees.
@@ -61,13 +62,7 @@ impl BeTree {
                 self.runs
             )));
         }
-        for id in self.store.pager().ids() {
-            if !w.reachable.contains(&id) {
-                return Err(bad(format!(
-                    "node {id} is in the translation table but unreachable"
-                )));
-            }
-        }
+        check_reachable(self.store.pager(), &w.reachable)?;
         // What a reader sees: every key with its messages applied, a page at a time.
         report.keys = 0;
         let mut cursor: Option<Vec<u8>> = None;

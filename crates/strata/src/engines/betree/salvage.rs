@@ -327,13 +327,7 @@ impl BeTree {
         if w.holes.is_empty() {
             return Ok(());
         }
-        let unreached: Vec<NodeId> = self
-            .store
-            .pager()
-            .ids()
-            .into_iter()
-            .filter(|id| !w.seen.contains(id))
-            .collect();
+        let unreached = w.unreached(self.store.pager());
         let mut tops = Vec::new();
         let mut below = HashSet::new();
         for id in unreached {

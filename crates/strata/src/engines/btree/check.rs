@@ -2,6 +2,7 @@
 //! ranges, depths, blobs and the counts the metadata keeps.
 
 use super::*;
+use crate::engine::check_reachable;
 
 impl BTree {
     /// `Engine::check`: every block's checksum, then the walk and the metadata's counts.
@@ -43,13 +44,7 @@ impl BTree {
                 self.blobs
             )));
         }
-        for id in self.store.pager().ids() {
-            if !walk.reachable.contains(&id) {
-                return Err(bad(format!(
-                    "node {id} is in the translation table but unreachable"
-                )));
-            }
-        }
+        check_reachable(self.store.pager(), &walk.reachable)?;
         Ok(report)
     }
 }

@@ -91,13 +91,7 @@ impl BTree {
         if w.holes.is_empty() {
             return Ok(());
         }
-        let unreached: Vec<NodeId> = self
-            .store
-            .pager()
-            .ids()
-            .into_iter()
-            .filter(|id| !w.seen.contains(id))
-            .collect();
+        let unreached = w.unreached(self.store.pager());
         // (node, a key inside it), and every node some unreached node points to.
         let mut tops = Vec::new();
         let mut below = HashSet::new();
