@@ -252,6 +252,15 @@ pub fn render(p: &DeviceProfile) -> String {
             ),
         ));
     }
+    rows.push((
+        "holds",
+        match p.affine_holds() {
+            Ok(()) => "yes".to_string(),
+            Err(why) => {
+                format!("NO: {why}; `strata tune` warns and Auto uses the default geometry")
+            }
+        },
+    ));
     for (l, v) in rows.drain(..) {
         o.push_str(&format!("  {l:<12} {v}\n"));
     }

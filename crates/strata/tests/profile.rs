@@ -224,3 +224,49 @@ fn p_is_the_knee_on_ideal_data_and_the_throughput_ratio_without_a_flat_region() 
     assert!(within(m.threads_s(1, blocks), 22.0, 0.1));
     assert!(within(m.threads_s(64, blocks), 12.0 + 640.0, 0.1));
 }
+
+/// A throttled disk costs max(1/IOPS, x/bandwidth): 10 ms up to 1 MiB at 100 IOPS and 100 MB/s,
+/// then 10 ns a byte. The robust fit keeps the flat small sizes and sets the large ones aside,
+/// so its t is not the device's; the profile must say the model does not hold, and the tuner
+/// must say so in its notes, while a profile whose fit reaches the large sizes holds.
+#[test]
+fn a_throttled_disk_is_named_as_not_following_the_affine_model() {
+    let points = |cost: &dyn Fn(f64) -> f64| -> Vec<profile::AffinePoint> {
+        (12..=24)
+            .map(|k| {
+                let bytes = 1u64 << k;
+                let mean = cost(bytes as f64);
+                profile::AffinePoint {
+                    bytes,
+                    ios: 64,
+                    mean_s: mean,
+                    median_s: mean,
+                    stddev_s: 0.0,
+                    fitted: false,
+                }
+            })
+            .collect()
+    };
+    let (mut p, _) = sim_profile("wd-black-1tb-2011", 0.0, 1);
+    p.affine.points.clear();
+    assert!(p.affine_holds().is_ok(), "a preset's profile holds");
+    let throttled = |x: f64| (1.0 / 100.0f64).max(x / 100e6) + 100e-6 + 1.2e-9 * x;
+    p.affine = profile::bench::fit_affine(points(&throttled), 0.10).unwrap();
+    let why = p.affine_holds().unwrap_err();
+    assert!(
+        why.contains("t is not measured") || why.contains("R²"),
+        "{why}"
+    );
+    let r = strata::tune::recommend(&p, &strata::tune::Workload::new(10_000_000));
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.starts_with("Warning:") && n.contains(&why)),
+        "{:?}",
+        r.notes
+    );
+    // The same disk without the throttle follows s + t·x, and its fit reaches past 2/α.
+    let plain = |x: f64| 100e-6 + 1.2e-9 * x;
+    p.affine = profile::bench::fit_affine(points(&plain), 0.10).unwrap();
+    assert!(p.affine_holds().is_ok(), "{:?}", p.affine_holds());
+}

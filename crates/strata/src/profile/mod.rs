@@ -127,7 +127,49 @@ pub struct DeviceProfile {
     pub fsync: FsyncProfile,
 }
 
+/// Below this R² on the fitted sizes, the affine model is not taken to describe the device.
+pub const MIN_AFFINE_R2: f64 = 0.9;
+
 impl DeviceProfile {
+    /// Whether the affine fit describes the device well enough to choose node sizes with: R² of
+    /// at least `MIN_AFFINE_R2`, and fitted sizes that reach past twice the half-bandwidth point
+    /// 1/α = s/t, where the transfer t·x outweighs the setup s. A fit whose sizes all lie below
+    /// it has not measured t: on a throttled disk, whose cost is max(1/IOPS, x/bandwidth), the
+    /// large sizes that carry t are the ones a robust fit sets aside as "off the line". The
+    /// error says why not.
+    pub fn affine_holds(&self) -> std::result::Result<(), String> {
+        let a = &self.affine;
+        if a.r2 < MIN_AFFINE_R2 {
+            return Err(format!(
+                "the affine fit of this profile has R² = {:.2} (below {MIN_AFFINE_R2}) on {} sizes",
+                a.r2,
+                a.fitted_sizes.len()
+            ));
+        }
+        let reach = a.fitted_sizes.iter().copied().max().unwrap_or(0) as f64;
+        if reach < 2.0 * a.half_bandwidth_bytes {
+            return Err(format!(
+                "the affine fit of this profile used sizes up to {:.0} KiB only, below twice its \
+                 half-bandwidth point 1/α = {:.0} KiB, so its t is not measured{}",
+                reach / 1024.0,
+                a.half_bandwidth_bytes / 1024.0,
+                if a.excluded_sizes.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (set aside as off the line: {})",
+                        a.excluded_sizes
+                            .iter()
+                            .map(|b| format!("{} KiB", b >> 10))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            ));
+        }
+        Ok(())
+    }
+
     /// The affine model the profile fitted.
     pub fn affine_model(&self) -> Affine {
         Affine::new(self.affine.setup_s, self.affine.per_byte_s)

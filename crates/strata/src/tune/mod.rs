@@ -428,6 +428,15 @@ pub fn recommend(profile: &DeviceProfile, workload: &Workload) -> Recommendation
     let model = profile.affine_model();
     let w = workload;
     let mut notes = Vec::new();
+    if let Err(why) = profile.affine_holds() {
+        notes.push(format!(
+            "Warning: {why}. The device does not follow s + t·x over the sizes measured (a \
+             throttled disk follows max(1/IOPS, x/bandwidth) instead), so the node sizes below \
+             rest on a model it does not follow. Profile again, or give the geometry yourself; \
+             a new database with EngineOptions::Auto uses the built-in default geometry with \
+             this profile."
+        ));
+    }
     let fits = w.data_bytes() <= w.cache_bytes as f64;
     let cache = if fits {
         notes.push(format!(
@@ -574,19 +583,20 @@ pub fn geometry(profile: &DeviceProfile, workload: &Workload) -> Geometry {
 
 /// The Bε-tree geometry a new database gets with `EngineOptions::Auto`: the tuner's for the
 /// saved device profile (`strata profile`) and this many records, cache and log between
-/// checkpoints, or `betree::DEFAULT_GEOMETRY` when no profile is saved. Reads the saved profile.
+/// checkpoints, or `betree::DEFAULT_GEOMETRY` when no profile is saved or its affine fit does
+/// not hold (`DeviceProfile::affine_holds`). Reads the saved profile.
 pub fn auto_geometry(
     expected_keys: u64,
     cache_bytes: u64,
     checkpoint_wal_bytes: u64,
 ) -> Result<(Geometry, Origin)> {
     match DeviceProfile::load_saved()? {
-        Some((_, profile)) => {
+        Some((_, profile)) if profile.affine_holds().is_ok() => {
             let mut w = Workload::new(expected_keys);
             w.cache_bytes = cache_bytes;
             w.checkpoint_wal_bytes = checkpoint_wal_bytes;
             Ok((geometry(&profile, &w), Origin::Profile))
         }
-        None => Ok((betree::DEFAULT_GEOMETRY, Origin::Default)),
+        _ => Ok((betree::DEFAULT_GEOMETRY, Origin::Default)),
     }
 }

@@ -33,7 +33,7 @@ impl Origin {
     pub fn describe(self) -> &'static str {
         match self {
             Origin::Explicit => "given in the options",
-            Origin::Default => "built-in default (no saved device profile)",
+            Origin::Default => "built-in default (no usable saved device profile)",
             Origin::Profile => "tuned from the saved device profile",
         }
     }
