@@ -139,6 +139,10 @@ impl DeviceProfile {
     /// error says why not.
     pub fn affine_holds(&self) -> std::result::Result<(), String> {
         let a = &self.affine;
+        if a.points.is_empty() {
+            // Made from a model (`from_models`, `builtin`), not fitted to measurements.
+            return Ok(());
+        }
         if a.r2 < MIN_AFFINE_R2 {
             return Err(format!(
                 "the affine fit of this profile has R² = {:.2} (below {MIN_AFFINE_R2}) on {} sizes",
