@@ -25,9 +25,14 @@ fn sim_profile(
 
 #[test]
 fn recovers_every_preset_s_t_and_p() {
-    for preset in PRESETS {
+    for preset in PRESETS.iter().filter(|p| p.is_affine()) {
         let (p, truth) = sim_profile(preset.name, 0.03, 11);
-        assert!(p.affine_holds().is_ok(), "{}: {:?}", preset.name, p.affine_holds());
+        assert!(
+            p.affine_holds().is_ok(),
+            "{}: {:?}",
+            preset.name,
+            p.affine_holds()
+        );
         let a = &truth.affine;
         assert!(
             within(p.affine.setup_s, a.setup_s, 0.05),
@@ -269,4 +274,24 @@ fn a_throttled_disk_is_named_as_not_following_the_affine_model() {
     let plain = |x: f64| 100e-6 + 1.2e-9 * x;
     p.affine = profile::bench::fit_affine(points(&plain), 0.10).unwrap();
     assert!(p.affine_holds().is_ok(), "{:?}", p.affine_holds());
+}
+
+/// The throttled preset, profiled end to end on the simulator: the profile finds the roofline
+/// max(s, t·x), with s the IO floor and t the bandwidth's cost per byte (within 25%), reports
+/// its R², and says the affine model does not hold, so `strata tune` warns.
+#[test]
+fn a_simulated_throttled_disk_is_profiled_as_a_roofline() {
+    let (p, _) = sim_profile("throttled-100iops-100mbs", 0.03, 5);
+    let a = &p.affine;
+    assert_eq!(a.shape, profile::CostShape::Roofline, "{a:?}");
+    assert!(within(a.setup_s, 0.01, 0.25), "s {}", a.setup_s);
+    assert!(
+        within(a.per_byte_s, 1.0 / 100e6, 0.25),
+        "t {}",
+        a.per_byte_s
+    );
+    assert!(a.r2 > 0.9, "R² {}", a.r2);
+    assert!(a.excluded_sizes.is_empty(), "{:?}", a.excluded_sizes);
+    let why = p.affine_holds().unwrap_err();
+    assert!(why.contains("max(s, t·x)"), "{why}");
 }

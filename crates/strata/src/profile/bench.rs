@@ -15,8 +15,8 @@
 
 use super::target::{random_offset, Target};
 use super::{
-    AffinePoint, AffineProfile, DeviceProfile, FsyncProfile, PdamPoint, PdamProfile, WriteProfile,
-    PROFILE_VERSION,
+    AffinePoint, AffineProfile, CostShape, DeviceProfile, FsyncProfile, PdamPoint, PdamProfile,
+    WriteProfile, PROFILE_VERSION,
 };
 use crate::error::{Error, Result};
 use crate::model::fit::{robust_line, segmented, Hinge};
@@ -253,14 +253,51 @@ fn no_fit(what: &str) -> Error {
 }
 
 /// Fit s and t on the sizes where the affine model holds.
+///
+/// When that fit cannot have measured t (its sizes never reach past twice 1/α = s/t, or its R²
+/// is poor) and the roofline max(s, t·x) fits all the sizes better, the roofline is reported
+/// instead: a throttled disk costs max(1/IOPS, x/bandwidth), and a robust affine fit keeps its
+/// flat small sizes and sets aside the large ones, which are exactly the ones that carry t.
 pub fn fit_affine(mut points: Vec<AffinePoint>, floor: f64) -> Result<AffineProfile> {
     let xs: Vec<f64> = points.iter().map(|p| p.bytes as f64).collect();
     let ys: Vec<f64> = points.iter().map(|p| p.mean_s).collect();
     let rf = robust_line(&xs, &ys, floor).ok_or_else(|| no_fit("affine"))?;
+    let (s, t) = (rf.fit.intercept, rf.fit.slope);
+    let reach = xs
+        .iter()
+        .zip(&rf.inliers)
+        .filter(|(_, &i)| i)
+        .map(|(&x, _)| x)
+        .fold(0.0, f64::max);
+    let measured_t = t > 0.0 && reach >= 2.0 * s / t && rf.fit.r2 >= super::MIN_AFFINE_R2;
+    if !measured_t {
+        // Relative weights, as the affine fit uses: a 16 MiB read must not outweigh 4 KiB.
+        let ws: Vec<f64> = ys.iter().map(|y| 1.0 / (y * y)).collect();
+        let roof = segmented(&xs, &ys, Some(&ws), Hinge::FlatFirst)
+            .filter(|f| f.slope_after > 0.0 && f.intercept > 0.0 && f.r2 >= super::MIN_AFFINE_R2);
+        if let Some(f) = roof {
+            // y = s for x up to the knee, then s + t·(x − knee): with the knee at s/t, max(s, t·x).
+            let (s, t) = (f.intercept, f.slope_after);
+            for p in &mut points {
+                p.fitted = true;
+            }
+            return Ok(AffineProfile {
+                setup_s: s,
+                per_byte_s: t,
+                alpha: t / s,
+                half_bandwidth_bytes: s / t,
+                r2: f.r2,
+                fitted_sizes: points.iter().map(|p| p.bytes).collect(),
+                excluded_sizes: Vec::new(),
+                tolerance: rf.tolerance,
+                points,
+                shape: CostShape::Roofline,
+            });
+        }
+    }
     for (p, &inlier) in points.iter_mut().zip(&rf.inliers) {
         p.fitted = inlier;
     }
-    let (s, t) = (rf.fit.intercept, rf.fit.slope);
     Ok(AffineProfile {
         setup_s: s,
         per_byte_s: t,
@@ -279,6 +316,7 @@ pub fn fit_affine(mut points: Vec<AffinePoint>, floor: f64) -> Result<AffineProf
             .collect(),
         tolerance: rf.tolerance,
         points,
+        shape: CostShape::Affine,
     })
 }
 

@@ -61,6 +61,19 @@ pub struct AffineProfile {
     pub excluded_sizes: Vec<u64>,
     pub tolerance: f64,
     pub points: Vec<AffinePoint>,
+    /// What the device was found to follow: `Affine` (s + t·x), or `Roofline` (max(s, t·x): a
+    /// throttled disk, IOPS-bound below s/t and bandwidth-bound above), when the affine fit
+    /// could not measure t and the roofline fits (`bench::fit_affine`).
+    #[serde(default)]
+    pub shape: CostShape,
+}
+
+/// The shape of a device's cost per IO size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CostShape {
+    #[default]
+    Affine,
+    Roofline,
 }
 
 /// The PDAM benchmark at one thread count.
@@ -142,6 +155,16 @@ impl DeviceProfile {
         if a.points.is_empty() {
             // Made from a model (`from_models`, `builtin`), not fitted to measurements.
             return Ok(());
+        }
+        if a.shape == CostShape::Roofline {
+            return Err(format!(
+                "this device follows max(s, t·x) (s {:.1} ms, t {:.2} ns/B, R² {:.2}), not s + t·x: \
+                 a throttled disk, IOPS-bound below {:.0} KiB and bandwidth-bound above",
+                a.setup_s * 1e3,
+                a.per_byte_s * 1e9,
+                a.r2,
+                a.half_bandwidth_bytes / 1024.0
+            ));
         }
         if a.r2 < MIN_AFFINE_R2 {
             return Err(format!(
@@ -228,6 +251,7 @@ impl DeviceProfile {
                 excluded_sizes: Vec::new(),
                 tolerance: 0.0,
                 points: Vec::new(),
+                shape: CostShape::Affine,
             },
             pdam: PdamProfile {
                 parallelism: pdam.parallelism,

@@ -87,9 +87,14 @@ struct SimClock {
 }
 
 impl SimClock {
-    /// One IO's cost with its noise drawn.
+    /// One IO's cost with its noise drawn. The bandwidth limit binds a single IO too (it never
+    /// does on a preset whose t is at least 1/bandwidth; it does on a throttled one).
     fn io_cost(&mut self, bytes: u64) -> f64 {
-        let base = self.model.affine.cost(bytes);
+        let channel = self
+            .model
+            .bandwidth_bytes_per_s
+            .map_or(0.0, |bw| bytes as f64 / bw);
+        let base = self.model.affine.cost(bytes).max(channel);
         if self.model.noise > 0.0 {
             // Bounded noise: the factor stays positive for any noise below 1/√3.
             base * (1.0 + self.model.noise * self.rng.unit_noise()).max(0.05)
@@ -163,6 +168,10 @@ pub enum PresetSource {
     /// saturation bandwidth (t = 1/bandwidth) and that parallelism exactly hides the setup, so
     /// step = s + tB = P·B/bandwidth and s = (P − 1)·B/bandwidth.
     Table1 { p: f64, mb_per_s: f64 },
+    /// A disk throttled by the kernel's block-IO limits (cgroup io.max): every IO costs at
+    /// least 1/IOPS, and the bytes flow at most at the bandwidth, so an IO of x bytes costs
+    /// max(1/IOPS, x/bandwidth); not an affine device (issue 19).
+    Throttled { iops: f64, bytes_per_s: f64 },
     /// Measured figures: s, t, P, saturation bandwidth, fsync.
     Measured {
         s: f64,
@@ -258,6 +267,15 @@ pub const PRESETS: &[SimPreset] = &[
         },
     },
     SimPreset {
+        name: "throttled-100iops-100mbs",
+        description: "a disk throttled to 100 IOPS and 100 MB/s by the kernel's block-IO limits: \
+                      an IO of x bytes costs max(10 ms, x / 100 MB/s)",
+        source: PresetSource::Throttled {
+            iops: 100.0,
+            bytes_per_s: 100e6,
+        },
+    },
+    SimPreset {
         name: "this-machine",
         description: "the SSD strata was built on, as fio measured it: s 120 µs, t 0.94 ns/B, \
                       P 3, 1.3 GiB/s, fsync 4 ms",
@@ -272,6 +290,11 @@ pub const PRESETS: &[SimPreset] = &[
 ];
 
 impl SimPreset {
+    /// Whether the preset follows the affine model (s + t·x); a throttled one does not.
+    pub fn is_affine(&self) -> bool {
+        !matches!(self.source, PresetSource::Throttled { .. })
+    }
+
     pub fn find(name: &str) -> Option<&'static SimPreset> {
         PRESETS.iter().find(|p| p.name.eq_ignore_ascii_case(name))
     }
@@ -299,6 +322,16 @@ impl SimPreset {
                     seed: 0,
                 }
             }
+            PresetSource::Throttled { iops, bytes_per_s } => SimModel {
+                // The IO floor as the setup; a transfer cost small enough to vanish under the
+                // bandwidth limit, which sets the cost of large IOs.
+                affine: Affine::new(1.0 / iops, 1e-12),
+                parallelism: 1.0,
+                bandwidth_bytes_per_s: Some(bytes_per_s),
+                sync_s: 1.0 / iops,
+                noise: 0.0,
+                seed: 0,
+            },
             PresetSource::Measured {
                 s,
                 t,

@@ -430,11 +430,10 @@ pub fn recommend(profile: &DeviceProfile, workload: &Workload) -> Recommendation
     let mut notes = Vec::new();
     if let Err(why) = profile.affine_holds() {
         notes.push(format!(
-            "Warning: {why}. The device does not follow s + t·x over the sizes measured (a \
-             throttled disk follows max(1/IOPS, x/bandwidth) instead), so the node sizes below \
-             rest on a model it does not follow. Profile again, or give the geometry yourself; \
-             a new database with EngineOptions::Auto uses the built-in default geometry with \
-             this profile."
+            "Warning: {why}. The tuner prices IOs as s + t·x, so the node sizes below rest on \
+             a model this profile does not support: profile again, or give the geometry \
+             yourself; a new database with EngineOptions::Auto uses the built-in default \
+             geometry with this profile."
         ));
     }
     let fits = w.data_bytes() <= w.cache_bytes as f64;
