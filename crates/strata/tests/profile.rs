@@ -11,6 +11,18 @@ fn within(got: f64, want: f64, tol: f64) -> bool {
     (got / want - 1.0).abs() <= tol
 }
 
+/// A measured size whose reads took `mean` seconds on average.
+fn point(bytes: u64, mean: f64) -> profile::AffinePoint {
+    profile::AffinePoint {
+        bytes,
+        ios: 64,
+        mean_s: mean,
+        median_s: mean,
+        stddev_s: 0.0,
+        fitted: false,
+    }
+}
+
 fn sim_profile(
     preset: &str,
     noise: f64,
@@ -101,14 +113,7 @@ fn sizes_off_the_line_are_excluded_and_the_rest_fitted() {
             } else {
                 clean * (1.0 + 0.02 * rng.unit_noise())
             };
-            profile::AffinePoint {
-                bytes,
-                ios: 64,
-                mean_s: mean,
-                median_s: mean,
-                stddev_s: 0.0,
-                fitted: false,
-            }
+            point(bytes, mean)
         })
         .collect();
     let fit = profile::bench::fit_affine(points, 0.10).unwrap();
@@ -242,14 +247,7 @@ fn a_throttled_disk_is_named_as_not_following_the_affine_model() {
             .map(|k| {
                 let bytes = 1u64 << k;
                 let mean = cost(bytes as f64);
-                profile::AffinePoint {
-                    bytes,
-                    ios: 64,
-                    mean_s: mean,
-                    median_s: mean,
-                    stddev_s: 0.0,
-                    fitted: false,
-                }
+                point(bytes, mean)
             })
             .collect()
     };
