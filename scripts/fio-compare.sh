@@ -7,7 +7,8 @@
 # - affine: random reads at queue depth 1 (psync, O_DIRECT) of 4 KiB .. 16 MiB: mean latency
 #   per size, to fit s + t·x as strata does;
 # - PDAM: 1 .. 64 threads (psync, O_DIRECT), random 64 KiB reads: aggregate bandwidth.
-# Prints "affine <bytes> <mean µs>" and "pdam <threads> <MiB/s>" lines.
+# Prints "affine <bytes> <mean µs>" and "pdam <threads> <MiB/s>" lines. This disk varies between
+# 0.7 and 1.5 GiB/s from minute to minute: compare with strata profile interleaved, not hours apart.
 set -euo pipefail
 dir=${1:-${TMPDIR:-/tmp}}
 size=${2:-1G}

@@ -1,7 +1,8 @@
-// A bare threaded pread loop (O_DIRECT, random 64 KiB reads at 4 KiB-aligned offsets), to tell
-// strata's PDAM measurement apart from its device: issue 19 found that this loop, with one
-// descriptor shared or one per thread, reads as fast as `strata profile` does and slower than
-// fio on the same file. Not built by cargo; `rustc -O scripts/pread-threads.rs -o /tmp/prt` then
+// A bare threaded pread loop (O_DIRECT, random 64 KiB reads at 4 KiB-aligned offsets), the
+// pattern of `strata profile`'s PDAM step, to compare with fio run interleaved with it (issue 19:
+// side by side it reads as fast as fio --thread; fio's default, processes, read 10-25% more; and
+// this disk's throughput itself moves between 0.7 and 1.5 GiB/s from minute to minute). Not built
+// by cargo: `rustc -O scripts/pread-threads.rs -o /tmp/prt` then
 // `/tmp/prt FILE THREADS shared|own SECONDS`.
 use std::fs::OpenOptions;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
