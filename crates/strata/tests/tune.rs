@@ -326,3 +326,36 @@ fn the_tuner_reports_the_write_amplification_of_its_pick() {
     // Later inserts cost more than the load's average: early on the leaves fit in the cache.
     assert!(wa.marginal > wa.total, "{wa:?}");
 }
+
+/// A B+-tree chosen for data that outgrows the cache rewrites a leaf per insert; the tuner says
+/// so, with both trees' predicted write amplification, and says nothing when the data fits.
+#[test]
+fn the_tuner_warns_of_the_btrees_write_amplification_beyond_the_cache() {
+    let p = DeviceProfile::builtin();
+    let mut big = Workload::new(100_000_000);
+    big.cache_bytes = 64 << 20;
+    let r = tune::recommend(&p, &big);
+    let warning = r
+        .notes
+        .iter()
+        .find(|n| n.starts_with("The data outgrows the cache"))
+        .unwrap_or_else(|| panic!("no warning: {:?}", r.notes));
+    let logical = (big.key_bytes + big.value_bytes) as f64;
+    let bt_wa = r.btree.prediction.insert.write_bytes / logical + r.betree.load_wa.log;
+    assert!(
+        bt_wa > 4.0 * r.betree.load_wa.marginal,
+        "{bt_wa} {:?}",
+        r.betree.load_wa
+    );
+    assert!(warning.contains(&format!("{bt_wa:.0}×")), "{warning}");
+    let mut small = Workload::new(100_000);
+    small.cache_bytes = 1 << 30;
+    let r = tune::recommend(&p, &small);
+    assert!(
+        !r.notes
+            .iter()
+            .any(|n| n.starts_with("The data outgrows the cache")),
+        "{:?}",
+        r.notes
+    );
+}

@@ -273,6 +273,14 @@ pub struct Recommendation {
     pub notes: Vec<String>,
 }
 
+fn human_bytes(b: u64) -> String {
+    if b >= 1 << 20 {
+        format!("{} MiB", b >> 20)
+    } else {
+        format!("{} KiB", b >> 10)
+    }
+}
+
 fn powers(lo: u64, hi: u64) -> impl Iterator<Item = u64> {
     std::iter::successors(Some(lo), |&x| Some(x * 2)).take_while(move |&x| x <= hi)
 }
@@ -520,6 +528,23 @@ pub fn recommend(profile: &DeviceProfile, workload: &Workload) -> Recommendation
         inp.basement_bytes = be_row.basement_bytes;
         predict::betree_load(&inp, &model)
     };
+
+    // Once the leaves leave the cache, a B+-tree insert rewrites a leaf: the textbook B-tree's
+    // write amplification, which a user choosing it by mistake should hear about. Both figures
+    // include the log; the Bε-tree's is its engine's account (runs spilled beside leaves).
+    if !fits {
+        let logical = (w.key_bytes + w.value_bytes) as f64;
+        let bt_wa = bt_row.insert.write_bytes / logical + load_wa.log;
+        let be_wa = load_wa.marginal;
+        if bt_wa > 4.0 * be_wa.max(1.0) {
+            notes.push(format!(
+                "The data outgrows the cache: a B+-tree insert then rewrites a {} leaf, a predicted \
+                 {bt_wa:.0}× write amplification (log included) against {be_wa:.1}× for the \
+                 Bε-tree. Choose the B+-tree for read-mostly work only.",
+                human_bytes(bt_row.node_bytes)
+            ));
+        }
+    }
 
     if profile.affine.points.is_empty() {
         notes.push(format!(
