@@ -536,7 +536,7 @@ pub fn recommend(profile: &DeviceProfile, workload: &Workload) -> Recommendation
         let logical = (w.key_bytes + w.value_bytes) as f64;
         let bt_wa = bt_row.insert.write_bytes / logical + load_wa.log;
         let be_wa = load_wa.marginal;
-        if bt_wa > 4.0 * be_wa.max(1.0) {
+        if bt_wa >= 10.0 && bt_wa > 2.0 * be_wa {
             notes.push(format!(
                 "The data outgrows the cache: a B+-tree insert then rewrites a {} leaf, a predicted \
                  {bt_wa:.0}× write amplification (log included) against {be_wa:.1}× for the \
