@@ -36,6 +36,11 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(self.bytes(8)?.try_into().unwrap()))
     }
     /// Bytes read so far.
+    /// A key or other short byte string written by `Writer::key`.
+    pub fn key(&mut self) -> Result<&'a [u8], String> {
+        let n = self.u16()? as usize;
+        self.bytes(n)
+    }
     pub fn position(&self) -> usize {
         self.at
     }
@@ -76,8 +81,15 @@ impl Writer {
         self.buf.push(v);
         self
     }
+    pub fn u16(&mut self, v: u16) -> &mut Writer {
+        self.bytes(&v.to_le_bytes())
+    }
     pub fn u32(&mut self, v: u32) -> &mut Writer {
         self.bytes(&v.to_le_bytes())
+    }
+    /// A key or other short byte string: its length (u16), then its bytes.
+    pub fn key(&mut self, k: &[u8]) -> &mut Writer {
+        self.u16(k.len() as u16).bytes(k)
     }
     pub fn u64(&mut self, v: u64) -> &mut Writer {
         self.bytes(&v.to_le_bytes())

@@ -31,6 +31,7 @@ use std::thread::JoinHandle;
 use crate::engine::{CheckReport, Engine};
 use crate::engines::betree::{self, BeTree, Geometry, Origin};
 use crate::engines::btree::{self, BTree};
+use crate::engines::lsm::{self, Lsm};
 use crate::error::{Error, Result};
 use crate::kv::WriteBatch;
 use crate::metrics::Metrics;
@@ -126,6 +127,9 @@ fn open_engine(
                     merge,
                 )?))
             }
+            EngineOptions::Lsm(cfg) => {
+                Ok(Box::new(Lsm::create(pager, cfg, opts.cache_bytes, merge)?))
+            }
         },
         Some(cp) => match cp.engine_meta.first() {
             Some(&btree::ENGINE_TAG) => {
@@ -134,6 +138,7 @@ fn open_engine(
             Some(&betree::ENGINE_TAG) => {
                 Ok(Box::new(BeTree::open(pager, cp, opts.cache_bytes, merge)?))
             }
+            Some(&lsm::ENGINE_TAG) => Ok(Box::new(Lsm::open(pager, cp, opts.cache_bytes, merge)?)),
             other => Err(Error::corruption(
                 pager.file_name(),
                 0,

@@ -39,12 +39,12 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::engine::Engine;
 use crate::engines::betree::basement::Basement;
-use crate::engines::betree::msg::{Msg, Segment};
 use crate::engines::betree::node::{Block as BeNode, Part, RunRef};
 use crate::engines::betree::{BeTree, Geometry, Origin};
 use crate::engines::btree::node::Node as BNode;
 use crate::engines::btree::BTree;
 use crate::error::Error;
+use crate::kv::msg::{Msg, Segment};
 use crate::kv::Val;
 use crate::kv::{AddU64, MergeOperator};
 use crate::kv::{Op, WriteBatch};

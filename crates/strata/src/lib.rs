@@ -12,10 +12,11 @@
 //!  9 options  wal  metrics
 //!  8 tune                          pairs models with engines
 //!  7 profile                       measures devices, fits models
-//!  6 engines/{btree, betree}       never import each other
+//!  6 engines/{btree, betree, lsm}  never import each other
 //!  5 engine                        the Engine trait, stats, check, salvage walk
 //!  4 layout                        (reserved: the node-encoding toolkit, docs/architecture.md)
-//!  3 kv                            ops, merge, values and blobs, keys, bounds, filter
+//!  3 kv                            ops, merge, messages, merging, values and blobs, keys,
+//!                                  bounds, filter
 //!  2 storage                       devices, IoStats, allocator, blocks, pager, pool
 //!  1 model                         pure cost models
 //!  0 error  codec
@@ -42,6 +43,7 @@ pub use db::{Db, RangeIter};
 pub use engine::{CheckReport, Engine, EngineStats};
 pub use engines::betree::{BeTree, Geometry, Origin};
 pub use engines::btree::BTree;
+pub use engines::lsm::{Config as LsmConfig, Lsm, Policy as LsmPolicy};
 pub use error::{Error, Result};
 pub use kv::{AddU64, Append, MergeOperator, Op, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use metrics::Metrics;

@@ -27,6 +27,10 @@ pub enum EngineOptions {
         fanout: usize,
         basement: usize,
     },
+    /// The LSM-tree: its merge policy, size ratio, memtable, table and block sizes and filter
+    /// bits (`LsmConfig::default()` is leveled, T = 10). The memtable is part of the cache
+    /// budget.
+    Lsm(crate::engines::lsm::Config),
 }
 
 /// The Bε-tree geometry used when no device profile is saved.
@@ -94,6 +98,10 @@ impl Options {
         };
         self
     }
+    pub fn lsm(mut self, cfg: crate::engines::lsm::Config) -> Self {
+        self.engine = EngineOptions::Lsm(cfg);
+        self
+    }
     pub fn cache_bytes(mut self, bytes: usize) -> Self {
         self.cache_bytes = bytes;
         self
@@ -145,6 +153,7 @@ impl Options {
                 basement,
             }
             .check()?,
+            EngineOptions::Lsm(cfg) => cfg.check()?,
         }
         if self.cache_bytes < 64 << 10 {
             return Err(Error::InvalidOptions(format!(

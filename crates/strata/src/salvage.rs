@@ -41,6 +41,7 @@ use crate::engine::Engine;
 use crate::engines::betree::{self, BeTree};
 use crate::engines::btree::node::decode_entries;
 use crate::engines::btree::{self, BTree};
+use crate::engines::lsm::{self, Lsm};
 use crate::error::{Error, Result};
 use crate::kv::Val;
 use crate::kv::{Op, WriteBatch};
@@ -404,6 +405,12 @@ fn open_engine(pager: Pager, cp: &Checkpoint, opts: &Options) -> Result<Box<dyn 
         Some(&betree::ENGINE_TAG) => {
             Ok(Box::new(BeTree::open(pager, cp, opts.cache_bytes, merge)?))
         }
+        Some(&lsm::ENGINE_TAG) => Ok(Box::new(Lsm::open_tolerant(
+            pager,
+            cp,
+            opts.cache_bytes,
+            merge,
+        )?)),
         other => Err(Error::corruption(
             pager.file_name(),
             0,

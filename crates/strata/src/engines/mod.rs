@@ -5,6 +5,7 @@
 
 pub mod betree;
 pub mod btree;
+pub mod lsm;
 
 #[cfg(test)]
 mod tests {
@@ -14,13 +15,22 @@ mod tests {
     /// collide, and block kinds stay out of the substrate's own.
     #[test]
     fn engine_tags_and_block_kinds_are_distinct() {
-        assert_ne!(super::btree::ENGINE_TAG, super::betree::ENGINE_TAG);
+        let tags = [
+            super::btree::ENGINE_TAG,
+            super::betree::ENGINE_TAG,
+            super::lsm::ENGINE_TAG,
+        ];
+        for (i, a) in tags.iter().enumerate() {
+            assert!(tags[i + 1..].iter().all(|b| b != a), "tag {a} used twice");
+        }
         let kinds = [
             super::btree::node::KIND_LEAF,
             super::btree::node::KIND_INTERNAL,
             super::betree::node::KIND_LEAF,
             super::betree::node::KIND_INTERNAL,
             super::betree::node::KIND_RUN,
+            super::lsm::table::KIND_TABLE,
+            super::lsm::table::KIND_MANIFEST,
         ];
         for (i, a) in kinds.iter().enumerate() {
             assert!(*a >= kind::ENGINE_FIRST);

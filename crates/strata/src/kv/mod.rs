@@ -1,7 +1,8 @@
 //! The logical vocabulary every engine shares: operations and their limits, merge operators,
-//! values and blobs, sorted keys with their heads and separators, key bounds and paged-scan
-//! cursors, and the Bloom filter. Nothing here knows an engine's node format; what two engines
-//! need moves here when it gets its second user.
+//! values and blobs, messages and their segments, merging sorted message streams, sorted keys
+//! with their heads and separators, key bounds and paged-scan cursors, and the Bloom filter.
+//! Nothing here knows an engine's node format; what two engines need moves here when it gets
+//! its second user.
 //!
 //! Floor: above `storage` (blobs are blocks of the pager), below `layout`, `engine` and the
 //! engines.
@@ -10,6 +11,8 @@ pub mod bounds;
 pub mod filter;
 pub mod keys;
 pub mod merge;
+pub mod merging;
+pub mod msg;
 pub mod ops;
 pub mod value;
 

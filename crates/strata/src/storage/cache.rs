@@ -198,6 +198,14 @@ impl<N: StoredNode> NodeStore<N> {
         Ok(pin)
     }
 
+    /// Add node `id`, already written whole to its extent (clean): a block built and written
+    /// in one go, such as an LSM table.
+    pub fn adopt(&mut self, id: NodeId, node: N) -> Result<Pin<N>> {
+        let pin = self.insert(id, node, false);
+        self.evict_to_budget()?;
+        Ok(pin)
+    }
+
     fn insert(&mut self, id: NodeId, node: N, dirty: bool) -> Pin<N> {
         let charge = node.charge();
         let cell = Arc::new(NodeCell {

@@ -2,8 +2,9 @@
 //! them and takes parameters as inputs); the tuner is the one place that pairs the two, and
 //! these tests fail when an engine's format or policy moves away from what the model assumes.
 
-use crate::engines::betree::{self, msg::Body, msg::Msg};
+use crate::engines::betree;
 use crate::engines::btree::node::{self as bnode, leaf_entry_len, sep_len};
+use crate::kv::msg::{Body, Msg};
 use crate::kv::Val;
 use crate::model::predict;
 use crate::storage::block;

@@ -16,13 +16,12 @@
 //! - a dirty node is fully resident (it is written back whole); only clean nodes are partial.
 //! - values longer than `inline_max` live in blob blocks, freed when a newer message or a leaf
 //!   update makes them unreachable.
-
 //!
-//! Files, one concern each: `config` (geometry), `format` (metadata in the superblock), `msg`
-//! (messages and segments), `basement` (a leaf's entries), `node` (nodes and runs on disk),
-//! `write` (injecting at the root), `flush` (the flusher) with `policy` (the run budget),
-//! `leaf` (applying messages to leaves), `shape` (splits and merges), `read` (descent and
-//! resolution), `check` and `salvage`.
+//! Files, one concern each: `config` (geometry), `format` (metadata in the superblock),
+//! `basement` (a leaf's entries), `node` (nodes and runs on disk), `write` (injecting at the
+//! root), `flush` (the flusher) with `policy` (the run budget), `leaf` (applying messages to
+//! leaves), `shape` (splits and merges), `read` (descent and resolution), `check` and
+//! `salvage`. Messages and segments are `kv::msg`, shared with the LSM-tree.
 
 pub(crate) mod basement;
 mod check;
@@ -30,7 +29,6 @@ mod config;
 mod flush;
 mod format;
 mod leaf;
-pub(crate) mod msg;
 pub(crate) mod node;
 mod policy;
 mod read;
@@ -48,8 +46,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
+use crate::kv::msg::{Body, Msg, Scratch, Segment, EMPTY_SEGMENT};
 use basement::{Basement, ValRef};
-use msg::{Body, Msg, Scratch, Segment, EMPTY_SEGMENT};
 use node::{read_part, read_whole, Block, Internal, Leaf, Part, Run, RunRef};
 
 use crate::engine::salvage::{Damage, Effect, Sink};

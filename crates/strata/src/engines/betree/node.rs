@@ -16,7 +16,7 @@
 //!                           entries u32; then m - 1 pivots
 //! head of a run:            as a leaf's, its partitions being segments (chunks of the run
 //!                           by key) instead of basements
-//! segment:                  see `msg::Segment::encode`
+//! segment:                  see `kv::msg::Segment::encode`
 //! basement:                 see `basement::Basement`
 //! ```
 //! Offsets count from the start of the extent. Child i (or basement i) holds the keys k with
@@ -28,9 +28,9 @@
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use super::basement::Basement;
-use super::msg::Segment;
 use crate::codec::Reader;
 use crate::error::{Error, Result};
+use crate::kv::msg::Segment;
 use crate::kv::{Filter, Keys};
 use crate::storage::block::{self, kind, BLOCK_HEADER};
 use crate::storage::{Chunk, NodeId, Pager, Sealed, StoredNode};

@@ -1,11 +1,14 @@
-//! Messages and the buffer segments that hold them.
+//! Messages and the segments that hold them: the write-optimised engines' common currency (the
+//! Bε-tree's buffers and spilled runs, the LSM-tree's memtable and sorted tables).
 //!
-//! A message is an operation on its way down the tree: put, delete, upsert (an operand for the
-//! merge operator) or range delete of [key, end). Each carries a sequence number from the
-//! engine, unique and increasing, so that wherever messages for one key meet (in a segment, a
-//! leaf, or a query collecting them along a path) they are applied in the order they were made.
+//! A message is an operation not yet applied to a key's value: put, delete, upsert (an operand
+//! for the merge operator) or range delete of [key, end). Each carries a sequence number from
+//! the engine, unique and increasing, so that wherever messages for one key meet (in a segment,
+//! a leaf, a merge of runs, or a query collecting them) they are applied in the order they were
+//! made.
 //!
-//! A segment is the part of an internal node's buffer bound for one child. Invariants:
+//! A segment is a sorted batch of messages (in the Bε-tree, the part of an internal node's
+//! buffer bound for one child; in the LSM-tree, one block of a table). Invariants:
 //! - `points` are sorted by (key, seq); `ranges` (range deletes) by seq;
 //! - every point message for key k is newer than every range delete in the same segment that
 //!   covers k: inserting a range delete drops the older point messages it covers, and inserting

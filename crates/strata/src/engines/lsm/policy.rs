@@ -1,0 +1,400 @@
+//! The merge policy, apart from the IO: given the levels' shape (which tables, how large, which
+//! keys), decide the next merge, or none. `compact` carries it out. Pure: no IO, no engine
+//! state but what it is handed, so every rule is testable on shapes alone.
+//!
+//! Rules, by policy (T the size ratio, capacities from `Config::level_capacity`):
+//! - leveled: level 0 full (`l0_runs` runs) merges whole into level 1, with the level-1 tables
+//!   it overlaps; a level i ≥ 1 over capacity merges one table (round robin by key) into the
+//!   tables of level i+1 it overlaps, or moves it down untouched when it overlaps none;
+//! - tiered: a level holding T runs merges them all into one new run, the newest of level i+1;
+//! - lazy leveling: as tiered, except that the level above the last merges into the last
+//!   level's one run, and a last level over capacity moves down a level untouched (the level it
+//!   leaves becomes a tiered one).
+//!
+//! The most pressing merge goes first: the highest ratio of a level's fill to its trigger, at
+//! least 1. A merge whose output lies at the bottom of the data (nothing older below it for its
+//! keys) drops deletes and range deletes and settles upserts.
+
+use super::config::{Config, Policy};
+use crate::storage::NodeId;
+
+/// What the manifest says of a table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableInfo {
+    pub id: NodeId,
+    /// Bytes of its extent.
+    pub bytes: u64,
+    /// Point messages it holds, and how many of them are puts.
+    pub points: u64,
+    pub puts: u64,
+    /// Range deletes it holds.
+    pub ranges: u32,
+    /// Its keys and range deletes lie within [smallest, largest] (a range delete's end, which
+    /// is exclusive, may equal the next table's smallest key).
+    pub smallest: Vec<u8>,
+    pub largest: Vec<u8>,
+}
+
+impl TableInfo {
+    pub fn overlaps(&self, lo: &[u8], hi: &[u8]) -> bool {
+        self.smallest.as_slice() <= hi && lo <= self.largest.as_slice()
+    }
+}
+
+/// A sorted run: tables in key order, their key ranges disjoint.
+pub type Run = Vec<TableInfo>;
+
+/// A level: its runs, newest first.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Level {
+    pub runs: Vec<Run>,
+}
+
+impl Level {
+    pub fn bytes(&self) -> u64 {
+        self.runs.iter().flatten().map(|t| t.bytes).sum()
+    }
+    pub fn points(&self) -> u64 {
+        self.runs.iter().flatten().map(|t| t.points).sum()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.runs.iter().all(|r| r.is_empty())
+    }
+}
+
+/// A merge to carry out.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Job {
+    /// The level merged from.
+    pub level: usize,
+    /// Tables merged from `level`, by id: whole runs, or one table of a leveled run.
+    pub inputs: Vec<Vec<NodeId>>,
+    pub target: usize,
+    /// Tables of the target level's one run that the output replaces (leveled, and lazy
+    /// leveling's last level); `None`: the output is a new run, the newest of the target level.
+    pub into: Option<Vec<NodeId>>,
+    /// Nothing older than the output lies below it for its keys.
+    pub bottom: bool,
+    /// Move the inputs down as they are, without reading or writing them.
+    pub trivial: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    Merge(Job),
+    /// Lazy leveling: the last level's run moves one level down, untouched.
+    Deepen(usize),
+}
+
+/// Nothing lies in levels below `level`.
+fn nothing_below(levels: &[Level], level: usize) -> bool {
+    levels.iter().skip(level + 1).all(Level::is_empty)
+}
+
+/// The key range [lo, hi] of `tables`.
+fn span<'a>(tables: impl Iterator<Item = &'a TableInfo>) -> Option<(&'a [u8], &'a [u8])> {
+    tables.fold(None, |acc, t| match acc {
+        None => Some((t.smallest.as_slice(), t.largest.as_slice())),
+        Some((lo, hi)) => Some((lo.min(t.smallest.as_slice()), hi.max(t.largest.as_slice()))),
+    })
+}
+
+/// The ids of the target level's one run's tables overlapping [lo, hi].
+fn overlapping(levels: &[Level], target: usize, lo: &[u8], hi: &[u8]) -> Vec<NodeId> {
+    levels
+        .get(target)
+        .and_then(|l| l.runs.first())
+        .map(|run| {
+            run.iter()
+                .filter(|t| t.overlaps(lo, hi))
+                .map(|t| t.id)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Merge every run of `level` into `target`: into its one run (`into_run`), or as a new run.
+fn merge_level(levels: &[Level], level: usize, into_run: bool) -> Job {
+    let runs = &levels[level].runs;
+    let inputs: Vec<Vec<NodeId>> = runs
+        .iter()
+        .map(|r| r.iter().map(|t| t.id).collect())
+        .collect();
+    let target = level + 1;
+    let into = into_run.then(|| match span(runs.iter().flatten()) {
+        Some((lo, hi)) => overlapping(levels, target, lo, hi),
+        None => Vec::new(),
+    });
+    let target_older = levels
+        .get(target)
+        .is_some_and(|l| !l.is_empty() && into.is_none());
+    Job {
+        level,
+        inputs: inputs.clone(),
+        target,
+        trivial: into.as_ref().is_some_and(|i| i.is_empty()) && inputs.len() == 1,
+        into,
+        bottom: nothing_below(levels, target) && !target_older,
+    }
+}
+
+/// The next merge for `levels` under `cfg`, if any is due. `cursors[i]` is the largest key of
+/// the table last merged down from leveled level i (the round robin's place).
+pub fn pick(levels: &[Level], cfg: &Config, cursors: &[Vec<u8>]) -> Option<Action> {
+    let t = cfg.size_ratio as f64;
+    let last = levels.iter().rposition(|l| !l.is_empty())?;
+    // Lazy leveling first pushes an overfull last level down: it costs no IO.
+    if cfg.policy == Policy::LazyLeveled
+        && last >= 1
+        && levels[last].runs.len() == 1
+        && levels[last].bytes() > cfg.level_capacity(last)
+    {
+        return Some(Action::Deepen(last));
+    }
+    let mut best: Option<(f64, usize)> = None;
+    for (i, l) in levels.iter().enumerate() {
+        let score = match (cfg.policy, i) {
+            (_, 0) => l.runs.len() as f64 / cfg.l0_trigger() as f64,
+            (Policy::Leveled, _) => l.bytes() as f64 / cfg.level_capacity(i) as f64,
+            (Policy::Tiered, _) => l.runs.len() as f64 / t,
+            (Policy::LazyLeveled, _) if i == last => 0.0,
+            (Policy::LazyLeveled, _) => l.runs.len() as f64 / t,
+        };
+        if score >= 1.0 && best.is_none_or(|(s, _)| score > s) {
+            best = Some((score, i));
+        }
+    }
+    let (_, i) = best?;
+    let job = match (cfg.policy, i) {
+        (Policy::Leveled, 0) => merge_level(levels, 0, true),
+        (Policy::Leveled, _) => {
+            let run = &levels[i].runs[0];
+            let after = cursors.get(i).map(|c| c.as_slice());
+            let t = run
+                .iter()
+                .find(|t| after.is_some_and(|c| t.smallest.as_slice() > c))
+                .unwrap_or(&run[0]);
+            let into = overlapping(levels, i + 1, &t.smallest, &t.largest);
+            Job {
+                level: i,
+                inputs: vec![vec![t.id]],
+                target: i + 1,
+                trivial: into.is_empty(),
+                into: Some(into),
+                bottom: nothing_below(levels, i + 1),
+            }
+        }
+        (Policy::Tiered, _) => merge_level(levels, i, false),
+        (Policy::LazyLeveled, _) => merge_level(levels, i, i + 1 >= last),
+    };
+    Some(Action::Merge(job))
+}
+
+/// Monkey's filter bits per key for a table of `level`: the filter memory (`filter_bits` per
+/// entry held) shared out over the full shape the data held now takes (level 0 at its trigger,
+/// each level below at capacity, the last holding the rest) so that the expected false
+/// positives per lookup are least (`model::lsm::monkey_bits`): each run's false-positive rate
+/// proportional to its entries, so that deeper, larger runs get fewer bits per key.
+pub fn monkey_bits(levels: &[Level], cfg: &Config, level: usize) -> f64 {
+    let entries: u64 = levels.iter().map(Level::points).sum();
+    let bytes: u64 = levels.iter().map(Level::bytes).sum();
+    if entries == 0 {
+        return cfg.filter_bits;
+    }
+    let per_entry = bytes as f64 / entries as f64;
+    let t = cfg.size_ratio as f64;
+    // (entries per run, runs) by level.
+    let mut groups = vec![(
+        cfg.memtable_bytes as f64 / per_entry,
+        cfg.l0_trigger() as f64,
+    )];
+    let mut left = entries as f64;
+    for i in 1..super::MAX_LEVELS {
+        if left <= 0.0 {
+            break;
+        }
+        let cap = cfg.level_capacity(i) as f64 / per_entry;
+        let here = left.min(cap);
+        left -= here;
+        let runs = match cfg.policy {
+            Policy::Leveled => 1.0,
+            Policy::Tiered => t,
+            Policy::LazyLeveled if left <= 0.0 => 1.0,
+            Policy::LazyLeveled => t,
+        };
+        groups.push((here / runs, runs));
+    }
+    let total: f64 = groups.iter().map(|(n, r)| n * r).sum::<f64>() * cfg.filter_bits;
+    let bits = monkey_tmp(&groups, total);
+    bits[level.min(bits.len() - 1)]
+}
+
+// TEMPORARY until model::lsm lands.
+fn monkey_tmp(groups: &[(f64, f64)], total: f64) -> Vec<f64> {
+    let c = std::f64::consts::LN_2.powi(2);
+    let n: f64 = groups.iter().map(|(e, r)| e * r).sum();
+    let _ = n;
+    // p_i = min(1, λ e_i); bits_i = -ln(p_i)/c; find λ by bisection on memory.
+    let mem = |lam: f64| -> f64 {
+        groups
+            .iter()
+            .map(|(e, r)| {
+                let p = (lam * e).min(1.0);
+                e * r * (-p.ln() / c)
+            })
+            .sum()
+    };
+    let (mut lo, mut hi) = (1e-30f64, 1e3f64);
+    for _ in 0..200 {
+        let mid = (lo * hi).sqrt();
+        if mem(mid) > total {
+            lo = mid
+        } else {
+            hi = mid
+        }
+    }
+    groups
+        .iter()
+        .map(|(e, _)| {
+            let p = (hi * e).min(1.0);
+            -p.ln() / c
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(id: NodeId, lo: u8, hi: u8, bytes: u64) -> TableInfo {
+        TableInfo {
+            id,
+            bytes,
+            points: bytes / 100,
+            puts: bytes / 100,
+            ranges: 0,
+            smallest: vec![lo],
+            largest: vec![hi],
+        }
+    }
+
+    fn cfg(policy: Policy) -> Config {
+        Config {
+            memtable_bytes: 1 << 20,
+            ..Config::with(policy, 4)
+        }
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn nothing_is_due_below_the_triggers() {
+        for p in [Policy::Leveled, Policy::Tiered, Policy::LazyLeveled] {
+            assert_eq!(pick(&[], &cfg(p), &[]), None);
+            let l0 = Level {
+                runs: vec![vec![table(1, 0, 9, MIB)]],
+            };
+            assert_eq!(pick(&[l0], &cfg(p), &[]), None, "{p:?}");
+        }
+    }
+
+    #[test]
+    fn leveled_merges_level_0_with_the_overlapping_level_1_tables() {
+        let c = cfg(Policy::Leveled);
+        let l0 = Level {
+            runs: (0..4).map(|i| vec![table(10 + i, 20, 40, MIB)]).collect(),
+        };
+        let l1 = Level {
+            runs: vec![vec![
+                table(1, 0, 10, MIB),
+                table(2, 15, 25, MIB),
+                table(3, 30, 50, MIB),
+                table(4, 60, 70, MIB),
+            ]],
+        };
+        let Some(Action::Merge(job)) = pick(&[l0, l1], &c, &[]) else {
+            panic!("level 0 is full")
+        };
+        assert_eq!(job.level, 0);
+        assert_eq!(job.inputs.len(), 4);
+        assert_eq!(job.into, Some(vec![2, 3]));
+        assert!(job.bottom && !job.trivial);
+    }
+
+    #[test]
+    fn leveled_moves_a_table_down_when_it_overlaps_nothing_and_goes_round_robin() {
+        let c = cfg(Policy::Leveled);
+        // Level 1 holds 4 MiB at most (memtable × 4 runs): 5 MiB is over.
+        let l1 = Level {
+            runs: vec![(0..5)
+                .map(|i| table(i + 1, i as u8 * 10, i as u8 * 10 + 5, MIB))
+                .collect()],
+        };
+        let l2 = Level {
+            runs: vec![vec![table(9, 21, 23, MIB)]],
+        };
+        let levels = [Level::default(), l1, l2];
+        let Some(Action::Merge(job)) = pick(&levels, &c, &[]) else {
+            panic!("level 1 is over capacity")
+        };
+        assert_eq!((job.level, job.inputs.clone()), (1, vec![vec![1]]));
+        assert!(job.trivial);
+        let cursors = vec![Vec::new(), vec![15]];
+        let Some(Action::Merge(job)) = pick(&levels, &c, &cursors) else {
+            panic!()
+        };
+        assert_eq!(job.inputs, vec![vec![3]]);
+        assert_eq!(job.into, Some(vec![9]));
+        assert!(!job.trivial && job.bottom);
+    }
+
+    #[test]
+    fn tiered_merges_a_full_level_into_a_new_run_below() {
+        let c = cfg(Policy::Tiered);
+        let full = |base: NodeId| Level {
+            runs: (0..4).map(|i| vec![table(base + i, 0, 9, MIB)]).collect(),
+        };
+        let Some(Action::Merge(job)) = pick(&[full(10)], &c, &[]) else {
+            panic!()
+        };
+        assert_eq!((job.target, job.into.clone()), (1, None));
+        assert!(job.bottom, "nothing lies below or in level 1");
+        let one = Level {
+            runs: vec![vec![table(1, 0, 9, 4 * MIB)]],
+        };
+        let Some(Action::Merge(job)) = pick(&[full(10), one], &c, &[]) else {
+            panic!()
+        };
+        assert!(!job.bottom, "level 1's older run lies below the output");
+    }
+
+    #[test]
+    fn lazy_leveling_merges_into_the_last_run_and_deepens_it_when_full() {
+        let c = cfg(Policy::LazyLeveled);
+        let l0 = Level {
+            runs: (0..4).map(|i| vec![table(10 + i, 0, 9, MIB)]).collect(),
+        };
+        let last = Level {
+            runs: vec![vec![table(1, 0, 4, MIB), table(2, 5, 9, MIB)]],
+        };
+        let Some(Action::Merge(job)) = pick(&[l0.clone(), last], &c, &[]) else {
+            panic!()
+        };
+        assert_eq!(job.into, Some(vec![1, 2]));
+        assert!(job.bottom);
+        // Level 1's capacity under lazy leveling: 4 runs of 4 MiB.
+        let big = Level {
+            runs: vec![vec![table(1, 0, 9, 17 * MIB)]],
+        };
+        assert_eq!(
+            pick(&[l0.clone(), big.clone()], &c, &[]),
+            Some(Action::Deepen(1))
+        );
+        // Once deeper, level 1 is tiered: level 0 becomes a new run there.
+        let levels = [l0, Level::default(), big];
+        let Some(Action::Merge(job)) = pick(&levels, &c, &[]) else {
+            panic!()
+        };
+        assert_eq!((job.target, job.into.clone(), job.bottom), (1, None, false));
+    }
+}

@@ -1,0 +1,104 @@
+//! Salvage: copy out every entry still readable. A key's messages carry sequence numbers, so
+//! they resolve the same whatever run they are found in: the walk merges every table it can
+//! read and skips, recording as damage, a table head or a block it cannot. When the manifest
+//! itself is unreadable, every table block in the translation table is taken as a run of its
+//! own (the table lists only the tables of the last checkpoint, so nothing freed comes back).
+
+use super::*;
+use crate::engine::salvage::Effect;
+use crate::kv::merging::{next_group, resolve};
+
+impl Lsm {
+    /// Open for salvage: as `open`, but a manifest that does not read is recorded and replaced
+    /// by every table block of the translation table, one run each.
+    pub fn open_tolerant(
+        pager: Pager,
+        cp: &Checkpoint,
+        cache_bytes: usize,
+        merge: Option<Arc<dyn MergeOperator>>,
+    ) -> Result<Lsm> {
+        let file = pager.file_name().to_string();
+        let (cfg, manifest, next_seq) = format::decode_meta(&cp.engine_meta, &file)?;
+        let read = pager.read_block(manifest).and_then(|(kind, payload)| {
+            let bad = |what: String| {
+                Error::corruption(
+                    &file,
+                    pager.offset_of(manifest),
+                    format!("LSM manifest: {what}"),
+                )
+            };
+            if kind != table::KIND_MANIFEST {
+                return Err(bad(format!("block kind {kind}, not a manifest")));
+            }
+            format::decode_manifest(&payload).map_err(bad)
+        });
+        let (levels, counters, damage) = match read {
+            Ok((levels, counters)) => (levels, counters, None),
+            Err(e) => {
+                let runs = pager
+                    .ids()
+                    .into_iter()
+                    .filter(|&id| id != manifest)
+                    .filter_map(|id| {
+                        let (kind, head) = pager.read_head(id).ok()?;
+                        let t = (kind == table::KIND_TABLE)
+                            .then(|| Table::decode_head(&head).ok())
+                            .flatten()?;
+                        Some(vec![TableInfo {
+                            id,
+                            bytes: pager.extent(id).map_or(0, |e| e.len),
+                            points: t.points,
+                            puts: 0,
+                            ranges: t.ranges.len() as u32,
+                            smallest: t.smallest,
+                            largest: t.largest,
+                        }])
+                    })
+                    .collect();
+                (vec![Level { runs }], Counters::default(), Some(e))
+            }
+        };
+        let mut t = Lsm::open_parts(
+            pager,
+            cfg,
+            manifest,
+            next_seq,
+            levels,
+            counters,
+            cache_bytes,
+            merge,
+        );
+        t.manifest_damage = damage;
+        Ok(t)
+    }
+
+    pub(super) fn rescue(&mut self, out: &mut Sink<'_>, lost: &mut Vec<Damage>) -> Result<()> {
+        if let Some(e) = self.manifest_damage.take() {
+            lost.push(Damage::new("manifest", Some(self.manifest), e).effect(Effect::None));
+        }
+        let ranges = self.ranges_within(Bound::Unbounded, Bound::Unbounded, Some(lost))?;
+        let mut cursors = self.cursors(Bound::Unbounded, Bound::Unbounded, false);
+        let mut ctx = read::Ctx {
+            store: &mut self.store,
+            mem: &self.mem,
+            lost: Some(lost),
+        };
+        while let Some((key, mut msgs)) = next_group(&mut cursors, &mut ctx, false)? {
+            let covering = read::covering(&ranges, &key);
+            let value = resolve(&key, &mut msgs, &covering, self.merge.as_deref(), |_| {
+                Err(Error::InvalidOptions("an out-of-line value".into()))
+            });
+            match value {
+                Ok(Some(v)) => out(&key, &v)?,
+                Ok(None) => {}
+                // An upsert with no operator to apply it: the key cannot be copied.
+                Err(e) => ctx
+                    .lost
+                    .as_deref_mut()
+                    .expect("salvage records damage")
+                    .push(Damage::new("value", None, e).key(&key)),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,149 @@
+//! The LSM-tree engine on its own: every policy against a reference map through flushes,
+//! merges, range deletes, upserts and reopens; the shape each policy leaves; its counters.
+//! (The shared oracle suite runs it too, with crashes: tests/oracle.rs.)
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{add_u64, dump, remove_range, Place, Rng};
+use strata::{AddU64, Db, LsmConfig, LsmPolicy, Options};
+
+fn tiny(policy: LsmPolicy) -> LsmConfig {
+    LsmConfig {
+        l0_runs: 2,
+        memtable_bytes: 64 << 10,
+        table_bytes: 64 << 10,
+        block_bytes: 1 << 10,
+        ..LsmConfig::with(policy, 3)
+    }
+}
+
+fn opts(cfg: LsmConfig) -> Options {
+    Options::default()
+        .lsm(cfg)
+        .cache_bytes(256 << 10)
+        .checkpoint_wal_bytes(16 << 10)
+        .merge_operator(AddU64)
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("k{:06}", i).into_bytes()
+}
+
+/// Random puts, deletes, upserts and range deletes over `keys` keys, checked against a map
+/// with point reads and scans both ways, reopening every `reopen` operations.
+fn random_ops(policy: LsmPolicy, seed: u64, ops: u64, keys: u64, reopen: u64) -> Db {
+    let place = Place::sim();
+    let cfg = tiny(policy);
+    let mut db = place.open(opts(cfg)).unwrap();
+    let mut want: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut rng = Rng::new(seed);
+    for i in 0..ops {
+        let k = key(rng.range(0, keys));
+        match rng.range(0, 20) {
+            0..=10 => {
+                let v = vec![b'v'; 20 + rng.range(0, 200) as usize];
+                db.put(&k, &v).unwrap();
+                want.insert(k, v);
+            }
+            11..=13 => {
+                db.delete(&k).unwrap();
+                want.remove(&k);
+            }
+            14..=16 => {
+                let n = rng.range(0, 100);
+                db.upsert(&k, n.to_le_bytes()).unwrap();
+                let v = add_u64(want.get(&k).map(|v| v.as_slice()), n);
+                want.insert(k, v);
+            }
+            17 => {
+                let end = key(rng.range(0, keys));
+                db.delete_range(&k, &end).unwrap();
+                remove_range(&mut want, &k, &end);
+            }
+            _ => {
+                assert_eq!(
+                    db.get(&k).unwrap(),
+                    want.get(&k).cloned(),
+                    "get {k:?} at {i}"
+                );
+            }
+        }
+        if i % reopen == reopen - 1 {
+            drop(db);
+            db = place.open(opts(cfg)).unwrap();
+            db.check().unwrap();
+        }
+        if i % 1000 == 999 {
+            let lo = key(rng.range(0, keys));
+            let hi = key(rng.range(0, keys));
+            let got: Vec<_> = db
+                .range(lo.clone()..hi.clone())
+                .unwrap()
+                .map(|r| r.unwrap())
+                .collect();
+            let exp: Vec<_> = want
+                .range(lo.clone()..hi.clone().max(lo.clone()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            assert_eq!(got.len(), exp.len(), "range {lo:?}..{hi:?} at {i}");
+            assert!(got == exp, "range {lo:?}..{hi:?} at {i}");
+            let mut back: Vec<_> = db
+                .range(lo.clone()..hi.clone())
+                .unwrap()
+                .rev()
+                .map(|r| r.unwrap())
+                .collect();
+            back.reverse();
+            assert!(back == exp, "reverse range {lo:?}..{hi:?} at {i}");
+        }
+    }
+    assert!(dump(&db) == want, "final contents");
+    db.check().unwrap();
+    db
+}
+
+#[test]
+fn leveled_agrees_with_a_map() {
+    let db = random_ops(LsmPolicy::Leveled, 1, 30_000, 3_000, 7_000);
+    let m = db.metrics();
+    assert!(m.engine.detail("merges") > 5, "{:?}", m.engine.detail);
+}
+
+#[test]
+fn tiered_agrees_with_a_map() {
+    let db = random_ops(LsmPolicy::Tiered, 2, 30_000, 3_000, 7_000);
+    assert!(db.metrics().engine.detail("merges") > 5);
+}
+
+#[test]
+fn lazy_leveling_agrees_with_a_map() {
+    let db = random_ops(LsmPolicy::LazyLeveled, 3, 30_000, 3_000, 7_000);
+    assert!(db.metrics().engine.detail("merges") > 5);
+}
+
+#[test]
+fn a_small_scan_after_flushes() {
+    let place = Place::sim();
+    let db = place.open(opts(tiny(LsmPolicy::Leveled))).unwrap();
+    for i in 0..2_000 {
+        db.put(key(i), b"x").unwrap();
+    }
+    db.checkpoint().unwrap();
+    let got: Vec<_> = db
+        .range(key(10)..key(20))
+        .unwrap()
+        .map(|r| r.unwrap().0)
+        .collect();
+    assert_eq!(got, (10..20).map(key).collect::<Vec<_>>());
+    let got: Vec<_> = db
+        .range(key(10)..key(20))
+        .unwrap()
+        .rev()
+        .map(|r| r.unwrap().0)
+        .collect();
+    assert_eq!(got, (10..20).rev().map(key).collect::<Vec<_>>());
+    assert_eq!(db.get(key(1999)).unwrap(), Some(b"x".to_vec()));
+    assert_eq!(db.get(key(2000)).unwrap(), None);
+}
