@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 
 use common::{value, Rng};
 use strata::storage::SimEnv;
-use strata::{AddU64, Db, Durability, Options, WriteBatch};
+use strata::{AddU64, Db, Durability, LsmConfig, LsmPolicy, Options, WriteBatch};
 
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -252,7 +252,27 @@ fn configs() -> Vec<Config> {
                 .checkpoint_wal_bytes(16 << 10)
                 .merge_operator(AddU64),
         },
+        // Every checkpoint flushes the memtable; two level-0 runs (T = 2) merge down, so the
+        // crash points fall inside flushes and merges alike.
+        Config {
+            name: "lsm_leveled_tiny",
+            opts: small(Options::default().lsm(tiny_lsm(LsmPolicy::Leveled, 2))),
+        },
+        Config {
+            name: "lsm_tiered_tiny",
+            opts: small(Options::default().lsm(tiny_lsm(LsmPolicy::Tiered, 2))),
+        },
     ]
+}
+
+fn tiny_lsm(policy: LsmPolicy, t: u32) -> LsmConfig {
+    LsmConfig {
+        l0_runs: 2,
+        memtable_bytes: 64 << 10,
+        table_bytes: 64 << 10,
+        block_bytes: 1 << 10,
+        ..LsmConfig::with(policy, t)
+    }
 }
 
 /// What one crash point showed, for the summary.
@@ -415,6 +435,10 @@ fn count_ios(cfg: &Config, steps: &[Step]) -> u64 {
          two in the background",
         cfg.name
     );
+    if cfg.name.starts_with("lsm") {
+        let merges = db.metrics().engine.detail("merges");
+        assert!(merges >= 5, "{}: {merges} merges: crash points must fall in merges", cfg.name);
+    }
     drop(db);
     env.disk().ios()
 }
@@ -529,6 +553,28 @@ fn every_io_betree_4k_tiny_cache() {
 #[test]
 fn every_io_betree_64k() {
     default_suite(3);
+}
+
+#[test]
+fn every_io_lsm_leveled_tiny() {
+    default_suite(4);
+}
+
+#[test]
+fn every_io_lsm_tiered_tiny() {
+    default_suite(5);
+}
+
+#[test]
+#[ignore = "long: 10,000+ crash points per configuration"]
+fn long_every_io_lsm_leveled_tiny() {
+    long_suite(4);
+}
+
+#[test]
+#[ignore = "long: 10,000+ crash points per configuration"]
+fn long_every_io_lsm_tiered_tiny() {
+    long_suite(5);
 }
 
 #[test]
