@@ -17,7 +17,7 @@
 
 use std::path::Path;
 
-use strata::{Db, Durability, Options, WriteBatch};
+use strata::{Db, Durability, LsmConfig, Options, WriteBatch};
 
 pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
 pub type Result<T> = std::result::Result<T, AnyError>;
@@ -89,11 +89,21 @@ pub trait Subject: Send + Sync {
     }
 }
 
-/// strata, with a chosen engine geometry.
+/// Which of strata's engines, and its shape.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// The Bε-tree, its geometry from the tuner (`EngineOptions::Auto`).
+    BeTree,
+    /// The B+-tree with nodes of this size.
+    BTree(usize),
+    /// The LSM-tree: this policy and T, the rest `LsmConfig::for_cache`.
+    Lsm(strata::LsmPolicy, u32),
+}
+
+/// strata, with a chosen engine and geometry.
 pub struct Strata {
     name: &'static str,
-    /// The B+-tree's node size; `None` is the Bε-tree.
-    btree_node: Option<usize>,
+    kind: Kind,
 }
 
 impl Strata {
@@ -101,7 +111,7 @@ impl Strata {
     pub fn betree() -> Strata {
         Strata {
             name: "strata-betree",
-            btree_node: None,
+            kind: Kind::BeTree,
         }
     }
 
@@ -109,7 +119,25 @@ impl Strata {
     pub fn btree() -> Strata {
         Strata {
             name: "strata-btree",
-            btree_node: Some(64 << 10),
+            kind: Kind::BTree(64 << 10),
+        }
+    }
+
+    /// The LSM-tree, leveled with T = 10 (RocksDB's default shape), its memtable a quarter of
+    /// the cache budget.
+    pub fn lsm() -> Strata {
+        Strata {
+            name: "strata-lsm",
+            kind: Kind::Lsm(strata::LsmPolicy::Leveled, 10),
+        }
+    }
+
+    fn lsm_config(cfg: &Config, policy: strata::LsmPolicy, t: u32) -> LsmConfig {
+        LsmConfig {
+            policy,
+            size_ratio: t,
+            l0_runs: LsmConfig::with(policy, t).l0_runs,
+            ..LsmConfig::for_cache(cfg.cache_bytes as usize)
         }
     }
 
@@ -123,16 +151,21 @@ impl Strata {
             .cache_bytes(cfg.cache_bytes as usize)
             .durability(durability)
             .expected_keys(cfg.expected_records);
-        match self.btree_node {
-            Some(node) => opts.btree(node),
-            None => opts,
+        match self.kind {
+            Kind::BeTree => opts,
+            Kind::BTree(node) => opts.btree(node),
+            Kind::Lsm(policy, t) => opts.lsm(Self::lsm_config(cfg, policy, t)),
         }
     }
 }
 
 /// strata's own engines.
 pub fn strata_engines() -> Vec<Box<dyn Subject>> {
-    vec![Box::new(Strata::betree()), Box::new(Strata::btree())]
+    vec![
+        Box::new(Strata::betree()),
+        Box::new(Strata::btree()),
+        Box::new(Strata::lsm()),
+    ]
 }
 
 impl Subject for Strata {
@@ -153,8 +186,8 @@ impl Subject for Strata {
                 o.checkpoint_wal_bytes,
             )
         };
-        let geometry = match self.btree_node {
-            None => match auto() {
+        let geometry = match self.kind {
+            Kind::BeTree => match auto() {
                 Ok((g, origin)) => format!(
                     "Bε-tree, {} KiB nodes, fanout {}, {} KiB basements ({})",
                     g.node_size >> 10,
@@ -164,7 +197,11 @@ impl Subject for Strata {
                 ),
                 Err(e) => format!("Bε-tree, geometry unknown: {e}"),
             },
-            Some(node) => format!("B+-tree, {} KiB nodes", node >> 10),
+            Kind::BTree(node) => format!("B+-tree, {} KiB nodes", node >> 10),
+            Kind::Lsm(policy, t) => format!(
+                "LSM-tree, {}; merges on the writer's thread",
+                Self::lsm_config(cfg, policy, t).describe()
+            ),
         };
         let durability = if cfg.sync {
             "each batch a WAL record, fsync'd before it is acknowledged (group commit)"
@@ -173,9 +210,10 @@ impl Subject for Strata {
         };
         let defaults = Options::default();
         format!(
-            "{geometry}; buffer pool {} MiB (default {} MiB; it holds the dirty nodes too, so it \
-             is all of strata's cache and write buffer); {durability}; flush: Db::checkpoint \
-             (every dirty node written, the data file and log synced, the log emptied); \
+            "{geometry}; buffer pool {} MiB (default {} MiB; it holds the dirty nodes, or the \
+             LSM-tree's memtable, too, so it is all of strata's cache and write buffer); \
+             {durability}; flush: Db::checkpoint (every dirty node, or the memtable, written, \
+             the data file and log synced, the log emptied); \
              checkpoints otherwise once the log passes {} MiB and the dirty nodes' bytes \
              (default); expected keys {} for the tuner (default {}); data file and log through the OS page cache (O_DIRECT off, the \
              default); no compression (strata has none); point reads one by one (no \

@@ -437,7 +437,11 @@ fn count_ios(cfg: &Config, steps: &[Step]) -> u64 {
     );
     if cfg.name.starts_with("lsm") {
         let merges = db.metrics().engine.detail("merges");
-        assert!(merges >= 5, "{}: {merges} merges: crash points must fall in merges", cfg.name);
+        assert!(
+            merges >= 5,
+            "{}: {merges} merges: crash points must fall in merges",
+            cfg.name
+        );
     }
     drop(db);
     env.disk().ios()

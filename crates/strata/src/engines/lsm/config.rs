@@ -105,6 +105,15 @@ impl Config {
         }
     }
 
+    /// The default shape for a memory budget of `cache_bytes`: a memtable of a quarter of it
+    /// (from 1 MiB to 64 MiB, RocksDB's default write buffer), the rest the buffer pool.
+    pub fn for_cache(cache_bytes: usize) -> Config {
+        Config {
+            memtable_bytes: (cache_bytes / 4).clamp(1 << 20, 64 << 20),
+            ..DEFAULT_CONFIG
+        }
+    }
+
     pub fn check(&self) -> Result<()> {
         let bad = |why: String| Err(Error::InvalidOptions(why));
         if !(2..=64).contains(&self.size_ratio) {
