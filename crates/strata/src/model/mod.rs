@@ -1,6 +1,6 @@
 //! Device cost models (seed 000, section 2): DAM, affine and PDAM, each able to price one IO or a
 //! sequence of IOs, plus the fitting (`fit`), optimal node sizes (`optimal`) and per-operation IO
-//! predictions for the trees (`predict`) built on them.
+//! predictions for the trees (`predict`) and the LSM-tree (`lsm`) built on them.
 //!
 //! - DAM: every IO moves whole blocks of B bytes and each block transfer costs the same.
 //! - Affine: an IO of x bytes costs s + t·x seconds; normalised by s, 1 + αx with α = t/s. The
@@ -13,6 +13,7 @@
 //! `Affine` API is used by the substrate (IoStats, SimDevice) and must keep its meaning.
 
 pub mod fit;
+pub mod lsm;
 pub mod optimal;
 pub mod predict;
 

@@ -51,3 +51,27 @@ fn the_betree_message_size_and_run_budget() {
         (betree::RUN_BUDGET, betree::MAX_RUNS as u64)
     );
 }
+
+#[test]
+fn the_lsm_shape_entry_size_and_cache_charge() {
+    use crate::engines::lsm::{policy, table, Config, Policy};
+    use crate::model::lsm;
+    let m = Msg {
+        key: vec![0; 16],
+        seq: 7,
+        body: Body::Put(Val::Inline(vec![1; 100])),
+    };
+    assert_eq!(m.encoded_len() as f64, lsm::ENTRY_OVERHEAD + 116.0);
+    assert_eq!(lsm::CACHE_OVERHEAD, table::MESSAGE_OVERHEAD as f64);
+    for p in [Policy::Leveled, Policy::Tiered, Policy::LazyLeveled] {
+        let cfg = Config::with(p, 7);
+        let inp = policy::model_input(&cfg, 1_000_000, 131.0);
+        for i in 1..6 {
+            assert_eq!(
+                inp.level_capacity(i as u32),
+                cfg.level_capacity(i) as f64,
+                "{p:?} {i}"
+            );
+        }
+    }
+}

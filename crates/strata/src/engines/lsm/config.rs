@@ -166,7 +166,7 @@ impl Config {
     /// Bytes level `i` ≥ 1 holds before it is merged down (leveled), or that its runs reach
     /// before the last level is pushed one level deeper (lazy leveling): level 0's worth of
     /// memtables times T^(i-1), times T once more for a tiered level's T runs.
-    pub(super) fn level_capacity(&self, i: usize) -> u64 {
+    pub(crate) fn level_capacity(&self, i: usize) -> u64 {
         let t = self.size_ratio as u64;
         let base = self.memtable_bytes as u64 * self.l0_trigger() as u64;
         let mut cap = base;

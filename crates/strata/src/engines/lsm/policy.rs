@@ -16,6 +16,7 @@
 //! keys) drops deletes and range deletes and settles upserts.
 
 use super::config::{Config, Policy};
+use crate::model::lsm::{LsmInput, Merging, ENTRY_OVERHEAD};
 use crate::storage::NodeId;
 
 /// What the manifest says of a table.
@@ -190,76 +191,45 @@ pub fn pick(levels: &[Level], cfg: &Config, cursors: &[Vec<u8>]) -> Option<Actio
     Some(Action::Merge(job))
 }
 
+/// The model's description of an LSM-tree of shape `cfg` holding `entries` entries of
+/// `entry_bytes` each (`model::lsm`, which prices it and shares its filter bits out).
+pub fn model_input(cfg: &Config, entries: u64, entry_bytes: f64) -> LsmInput {
+    LsmInput {
+        merging: match cfg.policy {
+            Policy::Leveled => Merging::Leveled,
+            Policy::Tiered => Merging::Tiered,
+            Policy::LazyLeveled => Merging::LazyLeveled,
+        },
+        size_ratio: cfg.size_ratio as f64,
+        l0_runs: cfg.l0_trigger() as f64,
+        memtable_bytes: cfg.memtable_bytes as f64,
+        table_bytes: cfg.table_bytes as f64,
+        block_bytes: cfg.block_bytes as f64,
+        filter_bits: cfg.filter_bits,
+        monkey: cfg.monkey,
+        records: entries,
+        key_bytes: 0,
+        value_bytes: (entry_bytes - ENTRY_OVERHEAD).max(0.0).round() as u64,
+        cache_bytes: 0,
+        range_items: 0,
+    }
+}
+
 /// Monkey's filter bits per key for a table of `level`: the filter memory (`filter_bits` per
-/// entry held) shared out over the full shape the data held now takes (level 0 at its trigger,
-/// each level below at capacity, the last holding the rest) so that the expected false
-/// positives per lookup are least (`model::lsm::monkey_bits`): each run's false-positive rate
-/// proportional to its entries, so that deeper, larger runs get fewer bits per key.
+/// entry) shared out over the full shape the data held now takes (`LsmInput::groups`: level 0
+/// at its trigger, each level below at capacity, the last holding the rest) so that the
+/// expected false positives per lookup are least: each run's false-positive rate proportional
+/// to its entries, so deeper, larger runs get fewer bits per key.
 pub fn monkey_bits(levels: &[Level], cfg: &Config, level: usize) -> f64 {
     let entries: u64 = levels.iter().map(Level::points).sum();
     let bytes: u64 = levels.iter().map(Level::bytes).sum();
     if entries == 0 {
         return cfg.filter_bits;
     }
-    let per_entry = bytes as f64 / entries as f64;
-    let t = cfg.size_ratio as f64;
-    // (entries per run, runs) by level.
-    let mut groups = vec![(
-        cfg.memtable_bytes as f64 / per_entry,
-        cfg.l0_trigger() as f64,
-    )];
-    let mut left = entries as f64;
-    for i in 1..super::MAX_LEVELS {
-        if left <= 0.0 {
-            break;
-        }
-        let cap = cfg.level_capacity(i) as f64 / per_entry;
-        let here = left.min(cap);
-        left -= here;
-        let runs = match cfg.policy {
-            Policy::Leveled => 1.0,
-            Policy::Tiered => t,
-            Policy::LazyLeveled if left <= 0.0 => 1.0,
-            Policy::LazyLeveled => t,
-        };
-        groups.push((here / runs, runs));
-    }
-    let total: f64 = groups.iter().map(|(n, r)| n * r).sum::<f64>() * cfg.filter_bits;
-    let bits = monkey_tmp(&groups, total);
+    let inp = model_input(cfg, entries, bytes as f64 / entries as f64);
+    let groups = inp.groups();
+    let bits = inp.bits(&groups);
     bits[level.min(bits.len() - 1)]
-}
-
-// TEMPORARY until model::lsm lands.
-fn monkey_tmp(groups: &[(f64, f64)], total: f64) -> Vec<f64> {
-    let c = std::f64::consts::LN_2.powi(2);
-    let n: f64 = groups.iter().map(|(e, r)| e * r).sum();
-    let _ = n;
-    // p_i = min(1, λ e_i); bits_i = -ln(p_i)/c; find λ by bisection on memory.
-    let mem = |lam: f64| -> f64 {
-        groups
-            .iter()
-            .map(|(e, r)| {
-                let p = (lam * e).min(1.0);
-                e * r * (-p.ln() / c)
-            })
-            .sum()
-    };
-    let (mut lo, mut hi) = (1e-30f64, 1e3f64);
-    for _ in 0..200 {
-        let mid = (lo * hi).sqrt();
-        if mem(mid) > total {
-            lo = mid
-        } else {
-            hi = mid
-        }
-    }
-    groups
-        .iter()
-        .map(|(e, _)| {
-            let p = (hi * e).min(1.0);
-            -p.ln() / c
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -36,7 +36,7 @@ pub const KIND_TABLE: u8 = kind::ENGINE_FIRST + 5;
 pub const KIND_MANIFEST: u8 = kind::ENGINE_FIRST + 6;
 
 /// Heap bytes a resident block's message costs beyond its encoding.
-const MESSAGE_OVERHEAD: usize = 64;
+pub(crate) const MESSAGE_OVERHEAD: usize = 64;
 /// The least a block's index entry and a range delete take encoded, for `Reader::capacity`.
 const BLOCK_ENTRY: usize = 20;
 const MIN_RANGE: usize = 13;
