@@ -98,6 +98,8 @@ enum Kind {
     BTree(usize),
     /// The LSM-tree: this policy and T, the rest `LsmConfig::for_cache`.
     Lsm(strata::LsmPolicy, u32),
+    /// Exactly this engine and geometry (the advisor's).
+    Shape(strata::tune::EngineShape),
 }
 
 /// strata, with a chosen engine and geometry.
@@ -132,6 +134,14 @@ impl Strata {
         }
     }
 
+    /// An engine of exactly this shape, named `name`.
+    pub fn shaped(name: &'static str, shape: strata::tune::EngineShape) -> Strata {
+        Strata {
+            name,
+            kind: Kind::Shape(shape),
+        }
+    }
+
     fn lsm_config(cfg: &Config, policy: strata::LsmPolicy, t: u32) -> LsmConfig {
         LsmConfig {
             policy,
@@ -155,6 +165,7 @@ impl Strata {
             Kind::BeTree => opts,
             Kind::BTree(node) => opts.btree(node),
             Kind::Lsm(policy, t) => opts.lsm(Self::lsm_config(cfg, policy, t)),
+            Kind::Shape(shape) => opts.shape(shape),
         }
     }
 }
@@ -202,6 +213,7 @@ impl Subject for Strata {
                 "LSM-tree, {}; merges on the writer's thread",
                 Self::lsm_config(cfg, policy, t).describe()
             ),
+            Kind::Shape(shape) => format!("{shape:?}"),
         };
         let durability = if cfg.sync {
             "each batch a WAL record, fsync'd before it is acknowledged (group commit)"

@@ -1,6 +1,7 @@
 //! `strata`, the command-line tool for strata databases: the argument grammar, dispatch to each
 //! command, and how failures become messages and exit codes.
 
+mod advise;
 mod bench;
 mod compare;
 mod inspect;
@@ -48,6 +49,7 @@ enum Command {
     Salvage(salvage::SalvageArgs),
     Profile(profile::ProfileArgs),
     Tune(tune::TuneArgs),
+    Advise(advise::AdviseArgs),
     #[command(subcommand)]
     Bench(bench::Experiment),
     Report(job::ReportArgs),
@@ -133,6 +135,7 @@ fn main() -> ExitCode {
         Command::Salvage(a) => salvage::run(a),
         Command::Profile(a) => profile::run(a),
         Command::Tune(a) => tune::run(a),
+        Command::Advise(a) => advise::run(a),
     };
     outcome.unwrap_or_else(Failure::report)
 }

@@ -77,7 +77,7 @@ pub struct TuneArgs {
 }
 
 /// The profile to use and a sentence saying where it came from.
-fn load_profile(path: Option<&PathBuf>) -> Result<(DeviceProfile, String), Failure> {
+pub fn load_profile(path: Option<&PathBuf>) -> Result<(DeviceProfile, String), Failure> {
     if let Some(p) = path {
         let prof = DeviceProfile::load(p)?;
         return Ok((prof, format!("profile {}", p.display())));

@@ -126,6 +126,22 @@ impl Options {
             .betree(geo.node_size, geo.fanout, geo.basement)
             .cache_bytes(workload.cache_bytes as usize)
     }
+    /// The engine and geometry the advisor picks for this device and workload
+    /// (`tune::advise`), with the workload's cache budget.
+    pub fn advised(profile: &DeviceProfile, workload: &tune::AdviseWorkload) -> Options {
+        let advice = tune::advise(profile, workload);
+        Options::default()
+            .shape(advice.pick().shape)
+            .cache_bytes(workload.cache_bytes as usize)
+    }
+    /// An engine and geometry as the tuner describes it.
+    pub fn shape(self, shape: tune::EngineShape) -> Self {
+        match shape {
+            tune::EngineShape::BTree { node_size } => self.btree(node_size),
+            tune::EngineShape::BeTree(g) => self.betree(g.node_size, g.fanout, g.basement),
+            tune::EngineShape::Lsm(cfg) => self.lsm(cfg),
+        }
+    }
     pub fn expected_keys(mut self, keys: u64) -> Self {
         self.expected_keys = keys;
         self

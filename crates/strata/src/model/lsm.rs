@@ -97,8 +97,7 @@ pub struct LsmPrediction {
     pub false_positives: f64,
     /// Device reads of a point query with nothing cached: one block, plus false positives.
     pub read_amp: f64,
-    /// Bytes stored per byte of live data, when every record was overwritten once (the worst
-    /// case for obsolete copies); 1 plus the overhead for insert-only data.
+    /// Entries stored per live entry at worst (`LsmInput::space_amp`).
     pub space_amp: f64,
     /// Fraction of data blocks the cache holds.
     pub blocks_cached: f64,
@@ -258,18 +257,17 @@ impl LsmInput {
         }
     }
 
-    /// Space amplification with every record overwritten once: the obsolete copies the upper
-    /// levels (leveled, lazy) or the last level's other runs (tiered) may hold.
+    /// Space amplification in entries stored per live entry, at worst: every key of the
+    /// upper levels an obsolete copy of one below (leveled, lazy leveling: 1 + the upper levels
+    /// over the last), or each of the last level's runs a copy of the same keys (tiered).
     pub fn space_amp(&self) -> f64 {
         let groups = self.groups();
-        let total: f64 = groups.iter().map(|(e, r)| e * r).sum();
-        let n = self.records.max(1) as f64;
+        let (last_entries, last_runs) = *groups.last().expect("at least level 0");
+        let last = last_entries * last_runs;
+        let upper: f64 = groups[..groups.len() - 1].iter().map(|(e, r)| e * r).sum();
         match self.merging {
-            Merging::Tiered => {
-                let (e, r) = *groups.last().expect("at least level 0");
-                (total.max(n) / n).max(r.min(self.size_ratio) * e * r / n / r.max(1.0))
-            }
-            _ => total.max(n) / n,
+            Merging::Tiered => last_runs.max(1.0) + upper / last.max(1.0),
+            _ => 1.0 + upper / last.max(1.0),
         }
     }
 }

@@ -22,6 +22,9 @@ use serde::{Deserialize, Serialize};
 #[cfg(test)]
 mod pairing;
 
+mod advise;
+pub use advise::{advise, lsm_input, price, Advice, AdviseWorkload, EngineChoice, EngineShape};
+
 use crate::engines::betree::{self, Geometry, Origin};
 use crate::engines::btree;
 use crate::error::Result;
