@@ -106,6 +106,9 @@ enum Kind {
 pub struct Strata {
     name: &'static str,
     kind: Kind,
+    /// O_DIRECT on the data file: reads the cache misses go to the device, not the OS page
+    /// cache (for checking a model priced in device IOs).
+    direct_io: bool,
 }
 
 impl Strata {
@@ -113,6 +116,7 @@ impl Strata {
     pub fn betree() -> Strata {
         Strata {
             name: "strata-betree",
+            direct_io: false,
             kind: Kind::BeTree,
         }
     }
@@ -121,6 +125,7 @@ impl Strata {
     pub fn btree() -> Strata {
         Strata {
             name: "strata-btree",
+            direct_io: false,
             kind: Kind::BTree(64 << 10),
         }
     }
@@ -130,6 +135,7 @@ impl Strata {
     pub fn lsm() -> Strata {
         Strata {
             name: "strata-lsm",
+            direct_io: false,
             kind: Kind::Lsm(strata::LsmPolicy::Leveled, 10),
         }
     }
@@ -138,7 +144,16 @@ impl Strata {
     pub fn shaped(name: &'static str, shape: strata::tune::EngineShape) -> Strata {
         Strata {
             name,
+            direct_io: false,
             kind: Kind::Shape(shape),
+        }
+    }
+
+    /// The same engine with O_DIRECT on or off.
+    pub fn direct_io(self, on: bool) -> Strata {
+        Strata {
+            direct_io: on,
+            ..self
         }
     }
 
@@ -160,7 +175,8 @@ impl Strata {
         let opts = Options::default()
             .cache_bytes(cfg.cache_bytes as usize)
             .durability(durability)
-            .expected_keys(cfg.expected_records);
+            .expected_keys(cfg.expected_records)
+            .direct_io(self.direct_io);
         match self.kind {
             Kind::BeTree => opts,
             Kind::BTree(node) => opts.btree(node),
@@ -168,6 +184,23 @@ impl Strata {
             Kind::Shape(shape) => opts.shape(shape),
         }
     }
+}
+
+/// strata's engines in other shapes, run when named (`--engines`) but not by default: the
+/// LSM-tree tiered and with lazy leveling, T = 10.
+pub fn strata_variants() -> Vec<Box<dyn Subject>> {
+    vec![
+        Box::new(Strata {
+            name: "strata-lsm-tiered",
+            direct_io: false,
+            kind: Kind::Lsm(strata::LsmPolicy::Tiered, 10),
+        }),
+        Box::new(Strata {
+            name: "strata-lsm-lazy",
+            direct_io: false,
+            kind: Kind::Lsm(strata::LsmPolicy::LazyLeveled, 10),
+        }),
+    ]
 }
 
 /// strata's own engines.

@@ -51,6 +51,13 @@ pub struct AdviseArgs {
     /// and cache alike) and print predicted against measured
     #[arg(long)]
     verify: bool,
+    /// With --verify, run every engine, not only the pick and the runner-up
+    #[arg(long, requires = "verify")]
+    all: bool,
+    /// With --verify, open the data files with O_DIRECT so that what the cache misses is read
+    /// from the device, as the model prices it, not from the OS page cache
+    #[arg(long, requires = "verify")]
+    direct: bool,
     /// How much smaller the --verify copy is
     #[arg(long, value_name = "K", default_value_t = 10)]
     scale: u64,
@@ -115,9 +122,10 @@ pub fn run(a: AdviseArgs) -> Result<ExitCode, Failure> {
             cache_bytes: (a.cache / a.scale).max(1 << 20),
             ..w.clone()
         };
+        let run = if a.all { advice.choices.len() } else { 2 };
         let mut out = Vec::new();
-        for choice in [advice.pick(), advice.runner_up()] {
-            out.push(verify(&profile, choice, &small, a.dir.as_ref())?);
+        for choice in advice.choices.iter().take(run) {
+            out.push(verify(&profile, choice, &small, &a)?);
         }
         out
     } else {
@@ -175,18 +183,19 @@ fn verify(
     profile: &strata::DeviceProfile,
     choice: &EngineChoice,
     w: &AdviseWorkload,
-    dir: Option<&PathBuf>,
+    a: &AdviseArgs,
 ) -> Result<Verified, Failure> {
     let predicted = tune::price(profile, choice.shape, w);
-    let root = dir
-        .cloned()
+    let root = a
+        .dir
+        .clone()
         .unwrap_or_else(std::env::temp_dir)
         .join(format!(
             "strata-advise-{}-{}",
             std::process::id(),
             choice.engine
         ));
-    let engine = Strata::shaped(choice.engine, choice.shape);
+    let engine = Strata::shaped(choice.engine, choice.shape).direct_io(a.direct);
     let spec = spec(w);
     let mut progress = |_: &str, _: u64, _: u64| {};
     let result = runner::run(&engine, &spec, &root, &mut progress).map_err(Failure::Invalid);

@@ -354,11 +354,16 @@ pub fn rum_cmd(a: RumArgs) -> Result<ExitCode, Failure> {
     let engines = if a.engines.is_empty() {
         available
     } else {
+        let variants: Vec<String> = store::strata_variants()
+            .iter()
+            .map(|v| v.name().to_string())
+            .collect();
         for e in &a.engines {
-            if !available.contains(e) {
+            if !available.contains(e) && !variants.contains(e) {
                 return Err(Failure::Invalid(format!(
-                    "no engine {e:?} here; this build has {}",
-                    available.join(", ")
+                    "no engine {e:?} here; this build has {} (and, when named, {})",
+                    available.join(", "),
+                    variants.join(", ")
                 )));
             }
         }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use serde::Serialize;
-use strata::{Db, Durability, Options, WriteBatch};
+use strata::{Db, Durability, LsmConfig, Options, WriteBatch};
 
 use crate::kv::to_hex;
 use crate::report::{bytes, hit_rate, print_json, print_table, ratio, DbView, Table};
@@ -42,6 +42,8 @@ pub enum EngineKind {
     Btree,
     /// Bε-tree (the default engine)
     Betree,
+    /// LSM-tree (leveled, T = 10, memtable a quarter of --cache)
+    Lsm,
 }
 
 /// Bulk-load generated records, then report throughput, amplification and cache behaviour
@@ -198,6 +200,9 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, Failure> {
                 usize_arg("fanout", a.fanout.unwrap_or(16))?,
                 usize_arg("basement", basement)?,
             )
+        }
+        EngineKind::Lsm => {
+            Options::default().lsm(LsmConfig::for_cache(usize_arg("cache", a.cache)?))
         }
     }
     .cache_bytes(usize_arg("cache", a.cache)?)

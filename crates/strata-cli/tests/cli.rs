@@ -487,3 +487,57 @@ fn salvage_copies_what_is_readable_and_exits_2_when_something_was_not() {
     let scanned = ok(&["scan", "--db", &copy]);
     assert_eq!(scanned.lines().count() as u64, keys);
 }
+
+#[test]
+fn advise_recommends_an_engine_explains_and_verifies() {
+    let tmp = TempDir::new().unwrap();
+    let profile = tmp.path().join("profile.json");
+    // A profile of this machine's built-in figures, so that the test does not depend on a
+    // saved one.
+    ok(&[
+        "profile",
+        "--sim",
+        "this-machine",
+        "--quick",
+        "--out",
+        profile.to_str().unwrap(),
+    ]);
+    let p = profile.to_str().unwrap();
+    let v = json(&[
+        "advise",
+        "--keys",
+        "20000",
+        "--read-fraction",
+        "0.5",
+        "--cache",
+        "8MiB",
+        "--profile",
+        p,
+        "--verify",
+        "--scale",
+        "4",
+        "--dir",
+        tmp.path().to_str().unwrap(),
+        "--json",
+    ]);
+    let choices = v["choices"].as_array().expect("choices");
+    assert_eq!(choices.len(), 3, "{v}");
+    let names: Vec<&str> = choices
+        .iter()
+        .map(|c| c["engine"].as_str().unwrap())
+        .collect();
+    for e in ["strata-btree", "strata-betree", "strata-lsm"] {
+        assert!(names.contains(&e), "{names:?}");
+    }
+    let why = v["why"].as_str().unwrap();
+    assert!(why.contains(names[0]) && why.contains(names[1]), "{why}");
+    let verified = v["verified"].as_array().expect("verified");
+    assert_eq!(verified.len(), 2);
+    for r in verified {
+        assert_eq!(u64_at(r, "/records"), 5000);
+        assert!(f64_at(r, "/measured_ops_per_s") > 0.0, "{r}");
+        assert!(f64_at(r, "/measured_write_amp") >= 1.0, "{r}");
+    }
+    let err = fails(&["advise", "--keys", "10", "--read-fraction", "1.5"], 1);
+    assert!(err.contains("--read-fraction"), "{err}");
+}

@@ -12,7 +12,7 @@
 //! was given and what compression it uses. `version` names the crate and the exact version in
 //! Cargo.lock (read by `build.rs`).
 
-use strata_bench::store::{strata_engines, Subject};
+use strata_bench::store::{strata_engines, strata_variants, Subject};
 
 pub mod fjall;
 pub mod go;
@@ -39,5 +39,6 @@ pub fn engine(name: &str) -> Option<Box<dyn Subject>> {
     peers()
         .into_iter()
         .chain(strata_engines())
+        .chain(strata_variants())
         .find(|e| e.name() == name)
 }

@@ -2,7 +2,7 @@
 //!
 //! Every case of the suite is a test of its own on strata's default engine, the Bε-tree, so a
 //! failure names its case and the run shows the count. `whole_suite_*` also runs the suite's own
-//! list (`Suite::test_all`), on the Bε-tree and on the B+-tree, so a case that a newer openraft
+//! list (`Suite::test_all`), on the Bε-tree, the B+-tree and the LSM-tree, so a case that a newer openraft
 //! adds is run even before it is named here. Each case gets a fresh database in a temporary
 //! directory, removed when the case ends.
 
@@ -11,8 +11,15 @@ use openraft::StorageError;
 use strata_raft::{LogStore, StateMachine, TypeConfig};
 use tempfile::TempDir;
 
+#[derive(Clone, Copy)]
+enum Engine {
+    BeTree,
+    BTree,
+    Lsm,
+}
+
 struct Builder {
-    btree: bool,
+    engine: Engine,
 }
 
 impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, StateMachine, TempDir> for Builder {
@@ -20,10 +27,10 @@ impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, StateMachine, TempDir> for B
         &self,
     ) -> Result<(TempDir, LogStore<TypeConfig>, StateMachine), StorageError<u64>> {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let opts = if self.btree {
-            strata::Options::default().btree(16 << 10)
-        } else {
-            strata::Options::default()
+        let opts = match self.engine {
+            Engine::BeTree => strata::Options::default(),
+            Engine::BTree => strata::Options::default().btree(16 << 10),
+            Engine::Lsm => strata::Options::default().lsm(strata::LsmConfig::for_cache(4 << 20)),
         };
         let (log, sm) = strata_raft::open(dir.path(), opts.cache_bytes(4 << 20))
             .expect("open a strata database");
@@ -33,7 +40,9 @@ impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, StateMachine, TempDir> for B
 
 type S = Suite<TypeConfig, LogStore<TypeConfig>, StateMachine, Builder, TempDir>;
 
-const BETREE: Builder = Builder { btree: false };
+const BETREE: Builder = Builder {
+    engine: Engine::BeTree,
+};
 
 macro_rules! cases {
     ($($name:ident),* $(,)?) => {$(
@@ -95,10 +104,21 @@ fn transfer_snapshot() {
 
 #[test]
 fn whole_suite_betree() {
-    S::test_all(Builder { btree: false }).unwrap();
+    S::test_all(BETREE).unwrap();
 }
 
 #[test]
 fn whole_suite_btree() {
-    S::test_all(Builder { btree: true }).unwrap();
+    S::test_all(Builder {
+        engine: Engine::BTree,
+    })
+    .unwrap();
+}
+
+#[test]
+fn whole_suite_lsm() {
+    S::test_all(Builder {
+        engine: Engine::Lsm,
+    })
+    .unwrap();
 }

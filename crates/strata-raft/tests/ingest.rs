@@ -199,6 +199,10 @@ async fn ingest_figures() {
                 "strata B+-tree 64 KiB",
                 strata::Options::default().btree(64 << 10),
             ),
+            (
+                "strata LSM-tree",
+                strata::Options::default().lsm(strata::LsmConfig::default()),
+            ),
         ] {
             // On the disk under target/, as strata's own long suites use.
             let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();

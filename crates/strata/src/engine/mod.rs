@@ -116,6 +116,10 @@ pub trait Engine: Send {
     }
     /// Called between operations, when nothing is pinned: bring the cache within budget.
     fn settle(&mut self) -> Result<()>;
+    /// Right after a completed checkpoint: move blocks out of the file's tail into the holes
+    /// below them (`Pager::relocate_tail`); the next checkpoint makes it durable and shortens
+    /// the file. Returns the bytes moved.
+    fn relocate_tail(&mut self) -> Result<u64>;
     /// Cache bytes of the nodes a checkpoint would write now.
     fn dirty_bytes(&self) -> u64;
     fn stats(&self) -> EngineStats;

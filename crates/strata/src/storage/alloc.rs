@@ -94,6 +94,23 @@ impl Allocator {
         ext
     }
 
+    /// The lowest free extent of at least `len` bytes wholly below `limit`, taken; `None` when no
+    /// hole there fits. For moving blocks down out of the file's tail.
+    pub fn alloc_below(&mut self, len: u64, limit: u64) -> Option<Extent> {
+        let len = Self::round(len);
+        let (off, size) = self
+            .by_offset
+            .range(..limit)
+            .map(|(&o, &l)| (o, l))
+            .find(|&(o, l)| l >= len && o + len <= limit)?;
+        self.remove_free(off, size);
+        if size > len {
+            self.insert_free(off + len, size - len);
+        }
+        self.fresh.insert(off);
+        Some(Extent { offset: off, len })
+    }
+
     /// Give an extent back; it is reused now if nothing durable can reference it, else after commit.
     pub fn free(&mut self, ext: Extent) {
         if self.fresh.remove(&ext.offset) {
@@ -171,6 +188,34 @@ impl Allocator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn alloc_below_takes_the_lowest_hole_that_fits_under_the_limit() {
+        let used = [0u64, 3, 4, 8].map(|p| Extent {
+            offset: 8192 + p * 4096,
+            len: 4096,
+        });
+        // Holes: pages 1-2 (8 KiB) and 5-7 (12 KiB); the file ends after page 8.
+        let mut a = Allocator::from_used(8192, used);
+        assert_eq!(
+            a.alloc_below(12288, 8192 + 8 * 4096).map(|e| e.offset),
+            Some(8192 + 5 * 4096)
+        );
+        assert_eq!(
+            a.alloc_below(4096, 8192 + 8 * 4096).map(|e| e.offset),
+            Some(8192 + 4096)
+        );
+        assert_eq!(
+            a.alloc_below(8192, 8192 + 8 * 4096),
+            None,
+            "the 4 KiB left is too small"
+        );
+        assert_eq!(
+            a.alloc_below(4096, 8192 + 2 * 4096),
+            None,
+            "nothing free below the limit"
+        );
+    }
 
     #[test]
     fn freed_durable_space_waits_for_commit() {

@@ -405,6 +405,35 @@ impl Pager {
         }
     }
 
+    /// Move blocks from the end of the file into free space below them, highest first, until
+    /// one does not fit: copy the bytes, repoint the table (copy-on-write: the old extents stay
+    /// intact until the next checkpoint is durable). Blocks carry no offsets (a partition's is
+    /// relative to its extent), so a block reads the same wherever it lies. The next commit
+    /// makes the move durable and gives back the tail (`finish_commit`). Returns the bytes
+    /// moved, read once and written once each.
+    pub fn relocate_tail(&mut self) -> Result<u64> {
+        let mut by_end: Vec<(NodeId, Extent)> = self.table.iter().map(|(&i, &e)| (i, e)).collect();
+        by_end.sort_by_key(|(_, e)| std::cmp::Reverse(e.offset));
+        let mut moved = 0;
+        for (id, ext) in by_end {
+            let Some(to) = self.alloc.alloc_below(ext.len, ext.offset) else {
+                break;
+            };
+            let mut buf = vec![0u8; ext.len as usize];
+            let copied = self
+                .dev
+                .read_at(&mut buf, ext.offset)
+                .and_then(|()| self.dev.write_at(&buf, to.offset));
+            if let Err(e) = copied {
+                self.alloc.free(to);
+                return Err(e);
+            }
+            self.repoint(id, to);
+            moved += ext.len;
+        }
+        Ok(moved)
+    }
+
     /// Forget node `id`; its extent is reused once no durable checkpoint references it.
     pub fn free(&mut self, id: NodeId) {
         if let Some(ext) = self.table.remove(&id) {
@@ -445,7 +474,12 @@ impl Pager {
             payload.extend_from_slice(&ext.len.to_le_bytes());
         }
         let sealed = block::seal(TABLE_OWNER, kind::TABLE, &payload);
-        let table = self.alloc.alloc(sealed.len() as u64);
+        // The lowest hole that fits, so that the table never holds up the file's tail.
+        let len = sealed.len() as u64;
+        let table = self
+            .alloc
+            .alloc_below(len, self.alloc.end())
+            .unwrap_or_else(|| self.alloc.alloc(len));
         if let Err(e) = self.dev.write_at(&sealed, table.offset) {
             self.alloc.free(table);
             return Err(e);

@@ -285,6 +285,10 @@ impl Engine for BTree {
         self.store.evict_to_budget()
     }
 
+    fn relocate_tail(&mut self) -> Result<u64> {
+        self.store.pager_mut().relocate_tail()
+    }
+
     fn dirty_bytes(&self) -> u64 {
         self.store.dirty_bytes() as u64
     }

@@ -275,6 +275,10 @@ impl Engine for Lsm {
         self.store.evict_to_budget()
     }
 
+    fn relocate_tail(&mut self) -> Result<u64> {
+        self.store.pager_mut().relocate_tail()
+    }
+
     fn dirty_bytes(&self) -> u64 {
         self.mem.bytes() as u64
     }
