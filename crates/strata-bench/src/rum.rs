@@ -11,7 +11,7 @@
 //! - WA is the bytes the process handed to write calls (`/proc/self/io` wchar) during the load,
 //!   its flush and the warm reads that follow, over the logical bytes loaded: an LSM-tree is
 //!   still compacting after its flush, and that work belongs to the load. For strata the
-//!   engine's own counter is shown beside it as a cross-check.
+//!   engine's own counter over the same phases is shown beside it as a cross-check.
 //! - SA is the bytes the database occupies once closed after the last phase (every file under
 //!   its directory, logs included) over the live logical bytes then: the files at rest, the
 //!   same reference point for every engine.
@@ -119,15 +119,19 @@ pub fn row(runs: &[RunResult]) -> Row {
     let load = first.phase("load").cloned().unwrap_or_default();
     let cold = first.phase("reads-cold");
     // The load's writes, and the background writes that trail into the read-only phases next.
-    let trailing: u64 = first
-        .phases
-        .iter()
-        .skip_while(|p| p.phase != "load")
-        .skip(1)
-        .take_while(|p| {
-            p.logical_bytes_written == 0 && p.phase != "reopen" && p.phase != "reads-cold"
-        })
-        .map(|p| p.process_bytes_written)
+    let trailing_phases = || {
+        first
+            .phases
+            .iter()
+            .skip_while(|p| p.phase != "load")
+            .skip(1)
+            .take_while(|p| {
+                p.logical_bytes_written == 0 && p.phase != "reopen" && p.phase != "reads-cold"
+            })
+    };
+    let trailing: u64 = trailing_phases().map(|p| p.process_bytes_written).sum();
+    let trailing_own: u64 = trailing_phases()
+        .filter_map(|p| p.engine_bytes_written)
         .sum();
     Row {
         engine: first.engine.clone(),
@@ -146,7 +150,7 @@ pub fn row(runs: &[RunResult]) -> Row {
             / load.logical_bytes_written.max(1) as f64,
         engine_write_amplification: load
             .engine_bytes_written
-            .map(|b| b as f64 / load.logical_bytes_written.max(1) as f64),
+            .map(|b| (b + trailing_own) as f64 / load.logical_bytes_written.max(1) as f64),
         space_amplification: first.space_amplification_at_rest(),
         memory_bytes: runs.iter().map(RunResult::memory_bytes).max().unwrap_or(0),
         peak_rss_bytes: runs.iter().map(|r| r.peak_rss_bytes).max().unwrap_or(0),

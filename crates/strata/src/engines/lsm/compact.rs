@@ -163,10 +163,11 @@ impl Lsm {
     }
 
     /// Carry out every merge the policy finds due.
-    pub(super) fn compact_due(&mut self) -> Result<()> {
-        let mut stalled = false;
+    /// Run every merge the policy finds due; returns whether there was any.
+    pub(super) fn compact_due(&mut self) -> Result<bool> {
+        let mut ran = false;
         while let Some(action) = pick(&self.levels, &self.cfg, &self.cursors) {
-            stalled = true;
+            ran = true;
             match action {
                 Action::Deepen(level) => {
                     let run = self.levels[level].runs.remove(0);
@@ -182,8 +183,7 @@ impl Lsm {
                 .rposition(|l| !l.is_empty())
                 .map_or(0, |i| i + 1),
         );
-        self.stalls += stalled as u64;
-        Ok(())
+        Ok(ran)
     }
 
     fn level_mut(&mut self, i: usize) -> &mut Level {

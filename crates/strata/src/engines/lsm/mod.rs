@@ -20,8 +20,9 @@
 //! are referenced only by the next manifest, so a crash before it leaves them unreferenced and
 //! the log replays their writes.
 //!
-//! Merges run on the writer's thread, between operations (`settle`), one whole merge at a time:
-//! a write that finds a merge due waits for it (counted as a stall in `stats`).
+//! Merges run on the writer's thread, one whole merge at a time: between operations (`settle`),
+//! where a write that finds a merge due waits for it (counted as a stall in `stats`), and in a
+//! checkpoint, after its flush.
 //!
 //! Files, one concern each: `config` (the shape), `format` (metadata and manifest), `memtable`,
 //! `table` (a table on disk and its builder), `policy` (which merge next, pure), `compact`
@@ -145,20 +146,8 @@ impl Lsm {
         cache_bytes: usize,
         merge: Option<Arc<dyn MergeOperator>>,
     ) -> Result<Lsm> {
-        let file = pager.file_name().to_string();
-        let (cfg, manifest, next_seq) = format::decode_meta(&cp.engine_meta, &file)?;
-        let (kind, payload) = pager.read_block(manifest)?;
-        let bad = |what: String| {
-            Error::corruption(
-                &file,
-                pager.offset_of(manifest),
-                format!("LSM manifest: {what}"),
-            )
-        };
-        if kind != table::KIND_MANIFEST {
-            return Err(bad(format!("block kind {kind}, not a manifest")));
-        }
-        let (levels, counters) = format::decode_manifest(&payload).map_err(bad)?;
+        let (cfg, manifest, next_seq) = format::decode_meta(&cp.engine_meta, pager.file_name())?;
+        let (levels, counters) = Lsm::read_manifest(&pager, manifest)?;
         let t = Lsm::open_parts(
             pager,
             cfg,
@@ -170,6 +159,22 @@ impl Lsm {
             merge,
         );
         Ok(t)
+    }
+
+    /// The levels and counters of the manifest block `id`; damage is reported at its offset.
+    fn read_manifest(pager: &Pager, id: NodeId) -> Result<(Vec<Level>, Counters)> {
+        let (kind, payload) = pager.read_block(id)?;
+        let bad = |what: String| {
+            Error::corruption(
+                pager.file_name(),
+                pager.offset_of(id),
+                format!("LSM manifest: {what}"),
+            )
+        };
+        if kind != table::KIND_MANIFEST {
+            return Err(bad(format!("block kind {kind}, not a manifest")));
+        }
+        format::decode_manifest(&payload).map_err(bad)
     }
 
     pub fn config(&self) -> Config {
@@ -254,6 +259,10 @@ impl Engine for Lsm {
         if !self.mem.is_empty() {
             self.flush()?;
         }
+        // The merges the flush made due run here, inside the checkpoint, so that the durable
+        // point it gives covers them (as RocksDB's flush and wait for compactions does), rather
+        // than in the next operation.
+        self.compact_due()?;
         let manifest = format::encode_manifest(&self.levels, &self.counters);
         let id = self.manifest;
         self.store
@@ -271,7 +280,9 @@ impl Engine for Lsm {
         if self.mem.bytes() >= self.cfg.memtable_bytes {
             self.flush()?;
         }
-        self.compact_due()?;
+        if self.compact_due()? {
+            self.stalls += 1;
+        }
         self.store.evict_to_budget()
     }
 

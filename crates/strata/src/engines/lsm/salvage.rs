@@ -17,21 +17,8 @@ impl Lsm {
         cache_bytes: usize,
         merge: Option<Arc<dyn MergeOperator>>,
     ) -> Result<Lsm> {
-        let file = pager.file_name().to_string();
-        let (cfg, manifest, next_seq) = format::decode_meta(&cp.engine_meta, &file)?;
-        let read = pager.read_block(manifest).and_then(|(kind, payload)| {
-            let bad = |what: String| {
-                Error::corruption(
-                    &file,
-                    pager.offset_of(manifest),
-                    format!("LSM manifest: {what}"),
-                )
-            };
-            if kind != table::KIND_MANIFEST {
-                return Err(bad(format!("block kind {kind}, not a manifest")));
-            }
-            format::decode_manifest(&payload).map_err(bad)
-        });
+        let (cfg, manifest, next_seq) = format::decode_meta(&cp.engine_meta, pager.file_name())?;
+        let read = Lsm::read_manifest(&pager, manifest);
         let (levels, counters, damage) = match read {
             Ok((levels, counters)) => (levels, counters, None),
             Err(e) => {
