@@ -455,9 +455,12 @@ fn count_ios(cfg: &Config, steps: &[Step]) -> u64 {
         "{}: data file {open_len} bytes open, {closed_len} closed",
         cfg.name
     );
-    // btree_64k's file is a few 64 KiB nodes with less than a tenth free: nothing to move.
+    // Coverage: in these configurations the workload's close finds more than a tenth of the
+    // file free and moves blocks, so crash points fall in the moves. (btree_64k's file is a few
+    // 64 KiB nodes; lsm_leveled_tiny's last checkpoint merges level 0 away and leaves the file
+    // dense.)
     assert!(
-        closed_len < open_len || cfg.name == "btree_64k",
+        closed_len < open_len || ["btree_64k", "lsm_leveled_tiny"].contains(&cfg.name),
         "{}: close moves the file's tail into its holes, so crash points fall in the moves",
         cfg.name
     );
