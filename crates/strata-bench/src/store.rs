@@ -112,41 +112,33 @@ pub struct Strata {
 }
 
 impl Strata {
+    fn new(name: &'static str, kind: Kind) -> Strata {
+        Strata {
+            name,
+            kind,
+            direct_io: false,
+        }
+    }
+
     /// The Bε-tree with its default geometry (tuned from the saved profile when there is one).
     pub fn betree() -> Strata {
-        Strata {
-            name: "strata-betree",
-            direct_io: false,
-            kind: Kind::BeTree,
-        }
+        Strata::new("strata-betree", Kind::BeTree)
     }
 
     /// The B+-tree with 64 KiB nodes.
     pub fn btree() -> Strata {
-        Strata {
-            name: "strata-btree",
-            direct_io: false,
-            kind: Kind::BTree(64 << 10),
-        }
+        Strata::new("strata-btree", Kind::BTree(64 << 10))
     }
 
     /// The LSM-tree, leveled with T = 10 (RocksDB's default shape), its memtable a quarter of
     /// the cache budget.
     pub fn lsm() -> Strata {
-        Strata {
-            name: "strata-lsm",
-            direct_io: false,
-            kind: Kind::Lsm(strata::LsmPolicy::Leveled, 10),
-        }
+        Strata::new("strata-lsm", Kind::Lsm(strata::LsmPolicy::Leveled, 10))
     }
 
     /// An engine of exactly this shape, named `name`.
     pub fn shaped(name: &'static str, shape: strata::tune::EngineShape) -> Strata {
-        Strata {
-            name,
-            direct_io: false,
-            kind: Kind::Shape(shape),
-        }
+        Strata::new(name, Kind::Shape(shape))
     }
 
     /// The same engine with O_DIRECT on or off.
@@ -190,16 +182,14 @@ impl Strata {
 /// LSM-tree tiered and with lazy leveling, T = 10.
 pub fn strata_variants() -> Vec<Box<dyn Subject>> {
     vec![
-        Box::new(Strata {
-            name: "strata-lsm-tiered",
-            direct_io: false,
-            kind: Kind::Lsm(strata::LsmPolicy::Tiered, 10),
-        }),
-        Box::new(Strata {
-            name: "strata-lsm-lazy",
-            direct_io: false,
-            kind: Kind::Lsm(strata::LsmPolicy::LazyLeveled, 10),
-        }),
+        Box::new(Strata::new(
+            "strata-lsm-tiered",
+            Kind::Lsm(strata::LsmPolicy::Tiered, 10),
+        )),
+        Box::new(Strata::new(
+            "strata-lsm-lazy",
+            Kind::Lsm(strata::LsmPolicy::LazyLeveled, 10),
+        )),
     ]
 }
 

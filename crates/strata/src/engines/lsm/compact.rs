@@ -162,7 +162,6 @@ impl Lsm {
         Ok(())
     }
 
-    /// Carry out every merge the policy finds due.
     /// Run every merge the policy finds due; returns whether there was any.
     pub(super) fn compact_due(&mut self) -> Result<bool> {
         let mut ran = false;
