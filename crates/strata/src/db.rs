@@ -127,9 +127,10 @@ fn open_engine(
                     merge,
                 )?))
             }
-            EngineOptions::Lsm(cfg) => {
-                Ok(Box::new(Lsm::create(pager, cfg, opts.cache_bytes, merge)?))
-            }
+            EngineOptions::Lsm(cfg) => Ok(Box::new(
+                Lsm::create(pager, cfg, opts.cache_bytes, merge)?
+                    .background(opts.background_merges),
+            )),
         },
         Some(cp) => match cp.engine_meta.first() {
             Some(&btree::ENGINE_TAG) => {
@@ -138,7 +139,9 @@ fn open_engine(
             Some(&betree::ENGINE_TAG) => {
                 Ok(Box::new(BeTree::open(pager, cp, opts.cache_bytes, merge)?))
             }
-            Some(&lsm::ENGINE_TAG) => Ok(Box::new(Lsm::open(pager, cp, opts.cache_bytes, merge)?)),
+            Some(&lsm::ENGINE_TAG) => Ok(Box::new(
+                Lsm::open(pager, cp, opts.cache_bytes, merge)?.background(opts.background_merges),
+            )),
             other => Err(Error::corruption(
                 pager.file_name(),
                 0,

@@ -67,6 +67,10 @@ pub struct Options {
     pub merge_operator: Option<Arc<dyn MergeOperator>>,
     /// Records the database is expected to hold, for `EngineOptions::Auto`'s tuning.
     pub expected_keys: u64,
+    /// Run the LSM-tree's merges on a thread of their own while writes go on (the default), or
+    /// inline on the writer between operations: one core, and the same merges at the same
+    /// points on every run (what tests that compare with the model want).
+    pub background_merges: bool,
 }
 
 impl Default for Options {
@@ -81,6 +85,7 @@ impl Default for Options {
             cost_model: Affine::default(),
             merge_operator: None,
             expected_keys: 10_000_000,
+            background_merges: true,
         }
     }
 }
@@ -112,6 +117,10 @@ impl Options {
     }
     pub fn direct_io(mut self, on: bool) -> Self {
         self.direct_io = on;
+        self
+    }
+    pub fn background_merges(mut self, on: bool) -> Self {
+        self.background_merges = on;
         self
     }
     pub fn checkpoint_wal_bytes(mut self, bytes: u64) -> Self {

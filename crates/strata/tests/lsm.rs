@@ -170,7 +170,8 @@ fn wa_predicted_and_measured(policy: LsmPolicy, n: u64) -> (f64, (f64, f64), f64
             Options::default()
                 .lsm(cfg)
                 .cache_bytes(4 << 20)
-                .durability(strata::Durability::None),
+                .durability(strata::Durability::None)
+                .background_merges(false),
         )
         .unwrap();
     let mut rng = Rng::new(n ^ policy as u64);
@@ -188,18 +189,19 @@ fn wa_predicted_and_measured(policy: LsmPolicy, n: u64) -> (f64, (f64, f64), f64
     let m = db.metrics();
     let measured = (m.wal_io.bytes_written + m.data_io.bytes_written) as f64 / logical as f64;
     eprintln!(
-        "{policy:?} {n} keys: {} levels predicted, WA predicted {:.2} ({:.2}..{:.2}), measured {measured:.2}; {:?}",
-        p.levels, p.write_amp, p.write_amp_range.0, p.write_amp_range.1, m.engine.detail
+        "{policy:?} {n} keys: {} levels predicted, WA predicted {:.2} ({:.2}..{:.2}), measured {measured:.2} (log {:.2}); {:?}",
+        p.levels, p.write_amp, p.write_amp_range.0, p.write_amp_range.1,
+        m.wal_io.bytes_written as f64 / logical as f64, m.engine.detail
     );
     (p.write_amp, p.write_amp_range, measured)
 }
 
-/// Tiered: the model's write amplification within 20% of measured (the LSM issue's bar), on
-/// shapes two and three levels deep. Leveled: measured within the model's range (its low end
-/// less a fifth, to its high end); its estimate prices full levels (1 + T per byte per middle
-/// level), which a load from empty does not reach: as the tree deepens whole runs move down
-/// untouched (308 of 503 merges at 200,000 keys were such moves), so the estimate runs 35-60%
-/// above measured here, recorded in docs/lsm.md and left open on the issue. (The 64 KiB-table,
+/// The model's write amplification within 20% of measured (the LSM issue's bar), leveled and
+/// tiered, on shapes two to four levels deep. The model plays the engine's policy out on the
+/// load (`engines::lsm::simulate`), since a load from empty never has the full levels the
+/// closed form prices: new levels fill by moving whole tables down untouched. Merges run inline
+/// here so that every run merges at the same points; on their own thread level 0 runs a little
+/// deeper before it merges, which only lowers what is written. (The 64 KiB-table,
 /// 256 KiB-memtable tree at T = 4 holding 60,000 and 200,000 entries stands in for a 4 MiB-table
 /// tree holding 1M and 10M.)
 #[test]
@@ -208,11 +210,7 @@ fn write_amplification_against_the_model() {
     for policy in [LsmPolicy::Leveled, LsmPolicy::Tiered] {
         for n in [60_000, 200_000] {
             let (predicted, (lo, hi), measured) = wa_predicted_and_measured(policy, n);
-            let ok = match policy {
-                LsmPolicy::Tiered => (predicted - measured).abs() <= 0.2 * measured,
-                _ => (0.8 * lo..=hi).contains(&measured),
-            };
-            if !ok {
+            if (predicted - measured).abs() > 0.2 * measured {
                 bad.push(format!(
                     "{policy:?}, {n} keys: predicted {predicted:.2} ({lo:.2}..{hi:.2}), measured {measured:.2}"
                 ));

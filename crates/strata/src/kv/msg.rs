@@ -156,6 +156,11 @@ impl Segment {
         &self.points
     }
 
+    /// The point messages, taken out (a merge consumes a block once).
+    pub fn into_points(self) -> Vec<Msg> {
+        self.points
+    }
+
     pub fn ranges(&self) -> &[Msg] {
         &self.ranges
     }

@@ -69,6 +69,13 @@ pub struct LsmInput {
     pub cache_bytes: u64,
     /// Records a range query returns.
     pub range_items: u64,
+    /// Bytes a load from empty makes the flushes and merges write per byte of key and value
+    /// inserted, when known from the engine's policy played out on the load
+    /// (`tune::lsm_input`); the write
+    /// amplification then uses it instead of the full-level estimate, which a load from empty
+    /// does not reach.
+    #[serde(default)]
+    pub load_write_bytes: Option<f64>,
 }
 
 /// One level in steady state, full: its runs and their entries.
@@ -219,8 +226,18 @@ impl LsmInput {
         monkey_bits(groups, self.filter_bits * entries)
     }
 
-    /// Write amplification: (estimate, low, high), the log included.
+    /// Write amplification: (estimate, low, high), the log included: the load's own figure
+    /// when known (`load_write_bytes`), within the full-level range.
     pub fn write_amp(&self) -> (f64, f64, f64) {
+        let (est, lo, hi) = self.full_level_write_amp();
+        match self.load_write_bytes {
+            Some(x) => (1.0 + x, lo.min(1.0 + x), hi.max(1.0 + x)),
+            None => (est, lo, hi),
+        }
+    }
+
+    /// Write amplification with every level but the last full: (estimate, low, high).
+    fn full_level_write_amp(&self) -> (f64, f64, f64) {
         let t = self.size_ratio;
         let (levels, last) = self.levels();
         let above = if levels >= 2 {
@@ -395,6 +412,7 @@ mod tests {
             value_bytes: 100,
             cache_bytes: 64 << 20,
             range_items: 100,
+            load_write_bytes: None,
         }
     }
 

@@ -15,5 +15,5 @@ pub use cache::{CacheStats, NodeStore, Pin, StoredNode};
 pub use device::{AlignedBuf, Device, FileDevice, Metered};
 pub use env::{Env, EnvLock, FileEnv, FileKind, SimEnv};
 pub use iostats::{IoSnapshot, IoStats};
-pub use pager::{BlockWrite, Checkpoint, Chunk, Commit, NodeId, Pager, Sealed};
+pub use pager::{BlockSink, BlockWrite, Checkpoint, Chunk, Commit, NodeId, Pager, Sealed};
 pub use sim::{IoKind, SimDevice, SimDisk};

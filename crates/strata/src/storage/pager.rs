@@ -19,7 +19,8 @@
 //! superblock write falls back to the previous checkpoint, whose extents are still intact.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -123,6 +124,52 @@ impl BlockWrite {
     }
 }
 
+/// Writes new blocks from a thread other than the pager's owner (an LSM-tree's background
+/// merges): each takes a fresh id and a fresh extent from the pager's shared allocator, and is
+/// written at once. Nothing references the block until the owner enters it in the table
+/// (`Pager::adopt_written`); one never adopted is garbage that the next open reclaims, or is
+/// given back with `discard`. The copy-on-write rule holds as for any fresh extent: the
+/// allocator never hands out space a durable checkpoint references.
+#[derive(Clone, Debug)]
+pub struct BlockSink {
+    dev: Arc<dyn Device>,
+    alloc: Arc<Mutex<Allocator>>,
+    next_id: Arc<AtomicU64>,
+}
+
+impl BlockSink {
+    pub fn new_id(&self) -> NodeId {
+        self.next_id.fetch_add(1, Relaxed)
+    }
+
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.dev
+    }
+
+    /// Write `sealed` to a fresh extent; on an error the extent is given back.
+    pub fn write(&self, sealed: Sealed) -> Result<Extent> {
+        let ext = self.lock().alloc(sealed.len);
+        let w = BlockWrite {
+            offset: ext.offset,
+            chunks: sealed.chunks,
+        };
+        if let Err(e) = w.write_to(&*self.dev) {
+            self.discard(ext);
+            return Err(e);
+        }
+        Ok(ext)
+    }
+
+    /// Give back an extent written but never adopted.
+    pub fn discard(&self, ext: Extent) {
+        self.lock().free(ext);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Allocator> {
+        self.alloc.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// A checkpoint whose table is written and whose superblock is sealed, not yet durable.
 #[derive(Debug)]
 pub struct Commit {
@@ -164,8 +211,10 @@ impl Commit {
 pub struct Pager {
     dev: Arc<dyn Device>,
     table: HashMap<NodeId, Extent>,
-    alloc: Allocator,
-    next_id: NodeId,
+    /// Shared with the `BlockSink`s handed to background writers (an LSM-tree's merges), so
+    /// that they take fresh extents and ids while the writer goes on.
+    alloc: Arc<Mutex<Allocator>>,
+    next_id: Arc<AtomicU64>,
     table_extent: Option<Extent>,
     last: Checkpoint,
 }
@@ -176,8 +225,8 @@ impl Pager {
         Pager {
             dev,
             table: HashMap::new(),
-            alloc: Allocator::new(DATA_START),
-            next_id: 1,
+            alloc: Arc::new(Mutex::new(Allocator::new(DATA_START))),
+            next_id: Arc::new(AtomicU64::new(1)),
             table_extent: None,
             last: Checkpoint::default(),
         }
@@ -271,8 +320,8 @@ impl Pager {
         let pager = Pager {
             dev,
             table,
-            alloc,
-            next_id: sb.next_id,
+            alloc: Arc::new(Mutex::new(alloc)),
+            next_id: Arc::new(AtomicU64::new(sb.next_id)),
             table_extent: Some(table_ext),
             last: sb.checkpoint.clone(),
         };
@@ -292,9 +341,27 @@ impl Pager {
     }
 
     pub fn new_id(&mut self) -> NodeId {
-        let id = self.next_id;
-        self.next_id += 1;
-        id
+        self.next_id.fetch_add(1, Relaxed)
+    }
+
+    fn alloc(&self) -> MutexGuard<'_, Allocator> {
+        // The allocator's state is consistent between its calls: a panic elsewhere while the
+        // lock was held leaves nothing half done.
+        self.alloc.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A handle that writes new blocks from another thread (`BlockSink`).
+    pub fn block_sink(&self) -> BlockSink {
+        BlockSink {
+            dev: self.dev.clone(),
+            alloc: self.alloc.clone(),
+            next_id: self.next_id.clone(),
+        }
+    }
+
+    /// Enter node `id`, already written at `ext` by a `BlockSink`, in the table.
+    pub fn adopt_written(&mut self, id: NodeId, ext: Extent) {
+        self.repoint(id, ext);
     }
 
     pub fn extent(&self, id: NodeId) -> Option<Extent> {
@@ -374,13 +441,13 @@ impl Pager {
 
     /// Write a sealed block for node `id` now, copy-on-write.
     pub fn write_sealed(&mut self, id: NodeId, sealed: Sealed) -> Result<()> {
-        let ext = self.alloc.alloc(sealed.len);
+        let ext = self.alloc().alloc(sealed.len);
         let w = BlockWrite {
             offset: ext.offset,
             chunks: sealed.chunks,
         };
         if let Err(e) = w.write_to(&*self.dev) {
-            self.alloc.free(ext);
+            self.alloc().free(ext);
             return Err(e);
         }
         self.repoint(id, ext);
@@ -391,7 +458,7 @@ impl Pager {
     /// write to the caller: the block must be written before anything reads it there, and
     /// before the next sync that a checkpoint relies on.
     pub fn place_sealed(&mut self, id: NodeId, sealed: Sealed) -> BlockWrite {
-        let ext = self.alloc.alloc(sealed.len);
+        let ext = self.alloc().alloc(sealed.len);
         self.repoint(id, ext);
         BlockWrite {
             offset: ext.offset,
@@ -401,7 +468,7 @@ impl Pager {
 
     fn repoint(&mut self, id: NodeId, ext: Extent) {
         if let Some(old) = self.table.insert(id, ext) {
-            self.alloc.free(old);
+            self.alloc().free(old);
         }
     }
 
@@ -416,7 +483,7 @@ impl Pager {
         by_end.sort_by_key(|(_, e)| std::cmp::Reverse(e.offset));
         let mut moved = 0;
         for (id, ext) in by_end {
-            let Some(to) = self.alloc.alloc_below(ext.len, ext.offset) else {
+            let Some(to) = self.alloc().alloc_below(ext.len, ext.offset) else {
                 break;
             };
             let mut buf = vec![0u8; ext.len as usize];
@@ -425,7 +492,7 @@ impl Pager {
                 .read_at(&mut buf, ext.offset)
                 .and_then(|()| self.dev.write_at(&buf, to.offset));
             if let Err(e) = copied {
-                self.alloc.free(to);
+                self.alloc().free(to);
                 return Err(e);
             }
             self.repoint(id, to);
@@ -437,7 +504,7 @@ impl Pager {
     /// Forget node `id`; its extent is reused once no durable checkpoint references it.
     pub fn free(&mut self, id: NodeId) {
         if let Some(ext) = self.table.remove(&id) {
-            self.alloc.free(ext);
+            self.alloc().free(ext);
         }
     }
 
@@ -476,12 +543,13 @@ impl Pager {
         let sealed = block::seal(TABLE_OWNER, kind::TABLE, &payload);
         // The lowest hole that fits, so that the table never holds up the file's tail.
         let len = sealed.len() as u64;
-        let table = self
-            .alloc
-            .alloc_below(len, self.alloc.end())
-            .unwrap_or_else(|| self.alloc.alloc(len));
+        let table = {
+            let mut a = self.alloc();
+            let end = a.end();
+            a.alloc_below(len, end).unwrap_or_else(|| a.alloc(len))
+        };
         if let Err(e) = self.dev.write_at(&sealed, table.offset) {
-            self.alloc.free(table);
+            self.alloc().free(table);
             return Err(e);
         }
         let checkpoint = Checkpoint {
@@ -489,11 +557,11 @@ impl Pager {
             wal_seq,
             engine_meta,
         };
-        self.alloc.begin_commit(self.table_extent);
+        self.alloc().begin_commit(self.table_extent);
         Ok(Commit {
             dev: self.dev.clone(),
             writes,
-            superblock: encode_superblock(&checkpoint, self.next_id, table),
+            superblock: encode_superblock(&checkpoint, self.next_id.load(Relaxed), table),
             checkpoint,
             table,
         })
@@ -503,9 +571,12 @@ impl Pager {
     /// give back the file's free tail.
     pub fn finish_commit(&mut self, c: Commit) -> Result<()> {
         self.table_extent = Some(c.table);
-        self.alloc.commit_done();
         self.last = c.checkpoint;
-        let end = self.alloc.end().max(DATA_START);
+        // The lock is held through the truncation: a `BlockSink` that took an extent past the
+        // end meanwhile would otherwise lose its write to it.
+        let mut a = self.alloc();
+        a.commit_done();
+        let end = a.end().max(DATA_START);
         if self.dev.len()? > end {
             self.dev.set_len(end)?;
         }
@@ -528,11 +599,11 @@ impl Pager {
     }
 
     pub fn free_bytes(&self) -> u64 {
-        self.alloc.free_bytes()
+        self.alloc().free_bytes()
     }
 
     pub fn pending_bytes(&self) -> u64 {
-        self.alloc.pending_bytes()
+        self.alloc().pending_bytes()
     }
 
     /// Check that no two referenced extents overlap and all lie inside the file.

@@ -263,6 +263,15 @@ pub fn lsm_input(cfg: &lsm::Config, w: &AdviseWorkload) -> LsmInput {
     inp.value_bytes = w.value_bytes;
     inp.cache_bytes = w.cache_bytes;
     inp.range_items = w.range_items;
+    // The engine's policy played out on the load; its table bytes carry each entry's encoding
+    // and its filter bits, and are counted per byte of key and value inserted, as the measured
+    // write amplification is.
+    let e = inp.entry_bytes();
+    let sim = lsm::simulate::simulate_load(cfg, w.keys, e);
+    let logical = (w.keys * (w.key_bytes + w.value_bytes)).max(1) as f64;
+    let tables =
+        (sim.flush_bytes + sim.merge_write_bytes) as f64 * (1.0 + cfg.filter_bits / 8.0 / e);
+    inp.load_write_bytes = Some(tables / logical);
     inp
 }
 

@@ -119,7 +119,8 @@ impl Lsm {
             let bytes = t
                 .slice(&whole, i)
                 .ok_or_else(|| bad(format!("block {i} lies outside the extent")))?;
-            let seg: Segment = t.decode_block(pager, id, i, bytes)?;
+            let seg: Segment =
+                t.decode_block(pager.file_name(), pager.offset_of(id), id, i, bytes)?;
             if let (Some(first), true) = (seg.points().first(), i > 0) {
                 if first.key.as_slice() != t.pivots.get(i - 1) {
                     return Err(bad(format!("block {i} does not start at its pivot")));

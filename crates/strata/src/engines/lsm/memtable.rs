@@ -17,7 +17,7 @@ use crate::kv::{MergeOperator, Val};
 
 /// Heap bytes a message costs beyond its encoding (its map node and allocations), so that the
 /// memtable's charge against the memory budget is honest.
-const OVERHEAD: usize = 64;
+pub(super) const OVERHEAD: usize = 64;
 
 #[derive(Debug, Default)]
 pub struct Memtable {

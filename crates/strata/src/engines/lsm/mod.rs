@@ -20,13 +20,15 @@
 //! are referenced only by the next manifest, so a crash before it leaves them unreferenced and
 //! the log replays their writes.
 //!
-//! Merges run on the writer's thread, one whole merge at a time: between operations (`settle`),
-//! where a write that finds a merge due waits for it (counted as a stall in `stats`), and in a
-//! checkpoint, after its flush.
+//! Merges run on a thread of their own, one at a time, started and installed by the writer
+//! between operations (`settle`); a write waits for them only when level 0 is at its stall
+//! bound (counted and timed in `stats`), and a checkpoint asked for waits for every merge due
+//! (`compact.rs`).
 //!
 //! Files, one concern each: `config` (the shape), `format` (metadata and manifest), `memtable`,
-//! `table` (a table on disk and its builder), `policy` (which merge next, pure), `compact`
-//! (flush and merge IO), `read` (point and range queries, the cursors merges share), `check`
+//! `table` (a table on disk and its builder), `policy` (which merge next, pure), `simulate` (the policy played out
+//! on synthetic tables, for the model), `merge` (a
+//! merge's work, on its thread), `compact` (flushes, and starting and installing merges), `read` (point and range queries, the cursors merges share), `check`
 //! and `salvage`.
 
 mod check;
@@ -34,9 +36,11 @@ mod compact;
 mod config;
 mod format;
 mod memtable;
+mod merge;
 pub(crate) mod policy;
 mod read;
 mod salvage;
+pub(crate) mod simulate;
 pub(crate) mod table;
 
 pub use config::{Config, Policy};
@@ -76,8 +80,14 @@ pub struct Lsm {
     manifest: NodeId,
     next_seq: u64,
     counters: Counters,
-    /// Writes that waited for a merge, and the most bytes one merge read and wrote.
+    /// Merges run on a thread of their own (else inline on the writer).
+    background: bool,
+    /// The merge running on its own thread.
+    inflight: Option<compact::InFlight>,
+    /// Writes that waited for merges, for how long in all, and the most bytes one merge read
+    /// and wrote.
     stalls: u64,
+    stall_nanos: u64,
     largest_merge: u64,
     /// Why the manifest did not read, when opened for salvage (`open_tolerant`).
     manifest_damage: Option<Error>,
@@ -134,7 +144,10 @@ impl Lsm {
             manifest,
             next_seq,
             counters,
+            background: true,
+            inflight: None,
             stalls: 0,
+            stall_nanos: 0,
             largest_merge: 0,
             manifest_damage: None,
         }
@@ -175,6 +188,12 @@ impl Lsm {
             return Err(bad(format!("block kind {kind}, not a manifest")));
         }
         format::decode_manifest(&payload).map_err(bad)
+    }
+
+    /// Run merges on a thread of their own (the default) or inline (`Options::background_merges`).
+    pub fn background(mut self, on: bool) -> Lsm {
+        self.background = on;
+        self
     }
 
     pub fn config(&self) -> Config {
@@ -259,10 +278,8 @@ impl Engine for Lsm {
         if !self.mem.is_empty() {
             self.flush()?;
         }
-        // The merges the flush made due run here, inside the checkpoint, so that the durable
-        // point it gives covers them (as RocksDB's flush and wait for compactions does), rather
-        // than in the next operation.
-        self.compact_due()?;
+        // A merge running goes on: the manifest names its inputs, not its output.
+        self.merge_in_background()?;
         let manifest = format::encode_manifest(&self.levels, &self.counters);
         let id = self.manifest;
         self.store
@@ -276,17 +293,28 @@ impl Engine for Lsm {
         self.store.pager_mut().finish_commit(c)
     }
 
+    /// A checkpoint asked for covers the merges its flush makes due (see `compact.rs`).
+    fn checkpoint(&mut self, wal_seq: u64) -> Result<()> {
+        if !self.mem.is_empty() {
+            self.flush()?;
+        }
+        self.drain()?;
+        let mut c = self.begin_checkpoint(wal_seq)?;
+        c.make_durable()?;
+        self.finish_checkpoint(c)
+    }
+
     fn settle(&mut self) -> Result<()> {
         if self.mem.bytes() >= self.cfg.memtable_bytes {
             self.flush()?;
         }
-        if self.compact_due()? {
-            self.stalls += 1;
-        }
+        self.merge_in_background()?;
         self.store.evict_to_budget()
     }
 
     fn relocate_tail(&mut self) -> Result<u64> {
+        // A merge's output must not land in the tail being given back.
+        self.reap(true)?;
         self.store.pager_mut().relocate_tail()
     }
 
@@ -323,12 +351,14 @@ impl Engine for Lsm {
             ("merge_read_bytes", c.merge_read_bytes),
             ("merge_write_bytes", c.merge_write_bytes),
             ("stalls", self.stalls),
+            ("stall_ms", self.stall_nanos / 1_000_000),
             ("largest_merge_bytes", self.largest_merge),
         ];
         s
     }
 
     fn check(&mut self) -> Result<CheckReport> {
+        self.reap(true)?;
         self.verify()
     }
 
@@ -338,5 +368,11 @@ impl Engine for Lsm {
 
     fn salvage(&mut self, out: &mut Sink<'_>, lost: &mut Vec<Damage>) -> Result<()> {
         self.rescue(out, lost)
+    }
+}
+
+impl Drop for Lsm {
+    fn drop(&mut self) {
+        self.abandon_merge();
     }
 }

@@ -191,6 +191,133 @@ pub fn pick(levels: &[Level], cfg: &Config, cursors: &[Vec<u8>]) -> Option<Actio
     Some(Action::Merge(job))
 }
 
+/// The tables a merge reads: its input runs, then the target's tables it replaces.
+pub fn inputs(levels: &[Level], job: &Job) -> Vec<Run> {
+    let mut runs: Vec<Run> = job
+        .inputs
+        .iter()
+        .map(|ids| find_tables(levels, job.level, ids))
+        .collect();
+    let into = job.into.as_deref().unwrap_or_default();
+    if !into.is_empty() {
+        runs.push(find_tables(levels, job.target, into));
+    }
+    runs
+}
+
+/// The tables `ids` of level `level`, in the order of `ids`.
+fn find_tables(levels: &[Level], level: usize, ids: &[NodeId]) -> Vec<TableInfo> {
+    ids.iter()
+        .filter_map(|id| {
+            levels
+                .get(level)?
+                .runs
+                .iter()
+                .flatten()
+                .find(|t| t.id == *id)
+                .cloned()
+        })
+        .collect()
+}
+
+/// Take the tables `ids` out of level `level` (emptied runs go too).
+fn drop_tables(levels: &mut [Level], level: usize, ids: &[NodeId]) {
+    if let Some(l) = levels.get_mut(level) {
+        for run in &mut l.runs {
+            run.retain(|t| !ids.contains(&t.id));
+        }
+        l.runs.retain(|r| !r.is_empty());
+    }
+}
+
+fn level_mut(levels: &mut Vec<Level>, i: usize) -> &mut Level {
+    while levels.len() <= i {
+        levels.push(Level::default());
+    }
+    &mut levels[i]
+}
+
+/// Put `tables` (in key order) into the target level's first run, in key order.
+fn place_in_run(levels: &mut Vec<Level>, target: usize, tables: Vec<TableInfo>) {
+    let level = level_mut(levels, target);
+    if level.runs.is_empty() {
+        level.runs.push(Vec::new());
+    }
+    let run = &mut level.runs[0];
+    run.extend(tables);
+    run.sort_by(|a, b| a.smallest.cmp(&b.smallest));
+}
+
+/// Drop empty levels at the bottom.
+pub fn trim(levels: &mut Vec<Level>) {
+    levels.truncate(
+        levels
+            .iter()
+            .rposition(|l| !l.is_empty())
+            .map_or(0, |i| i + 1),
+    );
+}
+
+/// Lazy leveling's `Deepen`: the last level's run moves one level down.
+pub fn deepen(levels: &mut Vec<Level>, level: usize) {
+    let run = levels[level].runs.remove(0);
+    level_mut(levels, level + 1).runs.insert(0, run);
+}
+
+/// A trivial job: its inputs move down to the target as they are.
+pub fn move_down(levels: &mut Vec<Level>, job: &Job) {
+    let tables: Vec<TableInfo> = inputs(levels, job).concat();
+    drop_tables(levels, job.level, &job.inputs.concat());
+    place_in_run(levels, job.target, tables);
+}
+
+/// A merge's output `tables` in place of its inputs.
+pub fn install(levels: &mut Vec<Level>, job: &Job, tables: Vec<TableInfo>) {
+    drop_tables(levels, job.level, &job.inputs.concat());
+    drop_tables(levels, job.target, job.into.as_deref().unwrap_or_default());
+    if !tables.is_empty() {
+        match job.into {
+            Some(_) => place_in_run(levels, job.target, tables),
+            None => level_mut(levels, job.target).runs.insert(0, tables),
+        }
+    }
+    trim(levels);
+}
+
+/// Leveled round robin: the next merge from `job.level` starts after this one's table.
+pub fn advance_cursor(levels: &[Level], cursors: &mut Vec<Vec<u8>>, cfg: &Config, job: &Job) {
+    if cfg.policy != Policy::Leveled || job.level == 0 {
+        return;
+    }
+    let last = job.inputs[0][0];
+    let Some(largest) = levels
+        .iter()
+        .flat_map(|l| l.runs.iter().flatten())
+        .find(|t| t.id == last)
+        .map(|t| t.largest.clone())
+    else {
+        return;
+    };
+    while cursors.len() <= job.level {
+        cursors.push(Vec::new());
+    }
+    cursors[job.level] = largest;
+}
+
+/// Level 0 runs at which writes stall until merges bring it below: twice the merge trigger and
+/// four more, so that a merge of a deeper level may run to its end without a write waiting,
+/// while point reads never probe more than this many level-0 runs.
+pub fn stall_runs(cfg: &Config) -> usize {
+    2 * cfg.l0_trigger() + 4
+}
+
+/// Whether writes must wait for merges now.
+pub fn stalled(levels: &[Level], cfg: &Config) -> bool {
+    levels
+        .first()
+        .is_some_and(|l| l.runs.len() >= stall_runs(cfg))
+}
+
 /// The model's description of an LSM-tree of shape `cfg` holding `entries` entries of
 /// `entry_bytes` each (`model::lsm`, which prices it and shares its filter bits out).
 pub fn model_input(cfg: &Config, entries: u64, entry_bytes: f64) -> LsmInput {
@@ -212,6 +339,7 @@ pub fn model_input(cfg: &Config, entries: u64, entry_bytes: f64) -> LsmInput {
         value_bytes: (entry_bytes - ENTRY_OVERHEAD).max(0.0).round() as u64,
         cache_bytes: 0,
         range_items: 0,
+        load_write_bytes: None,
     }
 }
 

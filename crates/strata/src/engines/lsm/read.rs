@@ -121,34 +121,25 @@ impl<'a> Cursor<Ctx<'a>> for MemCursor {
     }
 }
 
-/// A run's messages within a range, a block at a time through the pool, or (`whole`, for
-/// merges) a table at a time in one read of its extent, bypassing the pool.
+/// A run's messages within a range, a block at a time through the pool.
 pub(super) struct RunCursor {
     tables: VecDeque<TableInfo>,
     lo: Bound<Vec<u8>>,
     hi: Bound<Vec<u8>>,
     reverse: bool,
-    whole: bool,
     /// The current table and the blocks of it still to read, in the cursor's order.
     cur: Option<(Pin<Table>, VecDeque<usize>)>,
     buf: VecDeque<Msg>,
 }
 
 impl RunCursor {
-    /// `run`'s tables that may hold keys within (`lo`, `hi`). A `whole` cursor goes forward.
-    pub fn new(
-        run: &[TableInfo],
-        lo: Bound<&[u8]>,
-        hi: Bound<&[u8]>,
-        reverse: bool,
-        whole: bool,
-    ) -> RunCursor {
+    /// `run`'s tables that may hold keys within (`lo`, `hi`).
+    pub fn new(run: &[TableInfo], lo: Bound<&[u8]>, hi: Bound<&[u8]>, reverse: bool) -> RunCursor {
         let mut tables: VecDeque<TableInfo> = run
             .iter()
             .filter(|t| below_hi(&t.smallest, hi) && above_lo(&t.largest, lo))
             .cloned()
             .collect();
-        debug_assert!(!(whole && reverse));
         if reverse {
             tables.make_contiguous().reverse();
         }
@@ -157,7 +148,6 @@ impl RunCursor {
             lo: owned(lo),
             hi: owned(hi),
             reverse,
-            whole,
             cur: None,
             buf: VecDeque::new(),
         }
@@ -192,10 +182,6 @@ impl RunCursor {
                     None => return Err(e),
                 },
             };
-            if self.whole {
-                self.read_whole(ctx, &pin)?;
-                return Ok(true);
-            }
             let blocks = {
                 let t = pin.read();
                 let first = match as_ref(&self.lo) {
@@ -216,26 +202,6 @@ impl RunCursor {
             return Ok(true);
         }
         Ok(false)
-    }
-
-    /// Take a whole table in one read of its extent.
-    fn read_whole(&mut self, ctx: &mut Ctx<'_>, pin: &Pin<Table>) -> Result<()> {
-        let pager = ctx.store.pager();
-        let len = pager.extent(pin.id()).map_or(0, |e| e.len) as usize;
-        let whole = pager.read_part(pin.id(), 0, len)?;
-        let t = pin.read();
-        for i in 0..t.blocks.len() {
-            let bytes = t.slice(&whole, i).ok_or_else(|| {
-                Error::corruption(
-                    pager.file_name(),
-                    pager.offset_of(pin.id()),
-                    format!("table {}: block {i} lies outside its extent", pin.id()),
-                )
-            })?;
-            let seg = t.decode_block(pager, pin.id(), i, bytes)?;
-            self.take(seg.points());
-        }
-        Ok(())
     }
 }
 
@@ -377,7 +343,7 @@ impl Lsm {
         let mut cursors: Vec<Box<dyn Cursor<Ctx<'a>>>> =
             vec![Box::new(MemCursor::new(lo, hi, reverse))];
         for run in self.levels.iter().flat_map(|l| l.runs.iter()) {
-            cursors.push(Box::new(RunCursor::new(run, lo, hi, reverse, false)));
+            cursors.push(Box::new(RunCursor::new(run, lo, hi, reverse)));
         }
         cursors
     }

@@ -85,13 +85,15 @@ impl Table {
         let loc = self.blocks[i].loc;
         let at = self.block_at(i);
         let bytes = pager.read_part(id, at, loc.len as usize)?;
-        self.decode_block(pager, id, i, &bytes)
+        self.decode_block(pager.file_name(), pager.offset_of(id), id, i, &bytes)
     }
 
-    /// Block `i` from its bytes (read alone, or cut from the whole extent).
+    /// Block `i` from its bytes (read alone, or cut from the whole extent), for table `id`
+    /// whose extent starts at `base` in `file` (for the error's offset).
     pub fn decode_block(
         &self,
-        pager: &Pager,
+        file: &str,
+        base: u64,
         id: NodeId,
         i: usize,
         bytes: &[u8],
@@ -99,8 +101,8 @@ impl Table {
         let loc = self.blocks[i].loc;
         let bad = |what: String| {
             Error::corruption(
-                pager.file_name(),
-                pager.offset_of(id) + self.block_at(i),
+                file,
+                base + self.block_at(i),
                 format!("table {id}: block {i}: {what}"),
             )
         };
