@@ -410,10 +410,89 @@ impl Segment {
     }
 }
 
+/// The point messages for `key` in an encoded segment (`Segment::encode`), found by walking
+/// its bytes: the other messages are skipped, not decoded, so a block read to answer one query
+/// costs no allocation but the answer's. Stops at the first key above `key` (points are sorted),
+/// so range deletes, which follow the points, are not looked at: for blocks that hold none (an
+/// LSM-tree's table blocks keep theirs in the table's head).
+pub fn lookup_encoded(p: &[u8], key: &[u8]) -> Result<Vec<Msg>, String> {
+    let mut r = Reader::new(p);
+    let np = r.u32()? as usize;
+    r.u32()?;
+    let mut found = Vec::new();
+    for _ in 0..np {
+        let at = r.position();
+        let tag = r.u8()?;
+        r.u64()?;
+        let klen = r.u16()? as usize;
+        let k = r.bytes(klen)?;
+        match k.cmp(key) {
+            std::cmp::Ordering::Less => match tag {
+                1 | 4 => {
+                    let n = r.u32()? as usize;
+                    r.bytes(n)?;
+                }
+                2 => {
+                    r.bytes(12)?;
+                }
+                3 => {}
+                t => return Err(format!("unknown point message tag {t}")),
+            },
+            std::cmp::Ordering::Equal => {
+                let mut m = Reader::new(&p[at..]);
+                let msg = Msg::decode(&mut m)?;
+                r.bytes(m.position() - (r.position() - at))?;
+                found.push(msg);
+            }
+            std::cmp::Ordering::Greater => break,
+        }
+    }
+    Ok(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kv::AddU64;
+
+    #[test]
+    fn lookup_in_the_encoding_finds_what_the_decoded_segment_finds() {
+        let mut s = Segment::default();
+        let mut seq = 0;
+        for k in (0u32..200).step_by(3) {
+            for body in [
+                Body::Put(Val::Inline(vec![k as u8; (k % 7) as usize])),
+                Body::Upsert(vec![1; 3]),
+            ] {
+                seq += 1;
+                s.insert(
+                    Msg {
+                        key: k.to_be_bytes().to_vec(),
+                        seq,
+                        body,
+                    },
+                    None,
+                );
+            }
+            seq += 1;
+            s.insert(
+                Msg {
+                    key: (k + 1).to_be_bytes().to_vec(),
+                    seq,
+                    body: Body::Delete,
+                },
+                None,
+            );
+        }
+        let mut bytes = Vec::new();
+        s.encode(&mut bytes);
+        for k in 0u32..205 {
+            let key = k.to_be_bytes();
+            let want: Vec<Msg> = s.lookup(&key).cloned().collect();
+            assert_eq!(lookup_encoded(&bytes, &key).unwrap(), want, "key {k}");
+        }
+        assert!(lookup_encoded(&bytes[..bytes.len() / 2], &199u32.to_be_bytes()).is_err());
+    }
 
     #[test]
     fn cut_keeps_every_message_in_order_and_each_key_in_one_piece() {

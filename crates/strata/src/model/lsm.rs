@@ -44,8 +44,6 @@ impl Merging {
 
 /// Bytes a message takes in a table beyond its key and value (tag, sequence, lengths).
 pub const ENTRY_OVERHEAD: f64 = 15.0;
-/// Bytes of heap a cached block's message costs beyond its encoding (the engine's charge).
-pub const CACHE_OVERHEAD: f64 = 64.0;
 
 /// An LSM-tree's shape and its data.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -307,7 +305,8 @@ pub fn lsm(inp: &LsmInput, m: &Affine) -> LsmPrediction {
         .sum::<f64>()
         + data / inp.block_bytes * (inp.key_bytes as f64 + 22.0);
     let left = inp.cache_bytes as f64 - inp.memtable_bytes - heads;
-    let cached = (left / (data * (1.0 + CACHE_OVERHEAD / e))).clamp(0.0, 1.0);
+    // Blocks are cached as their bytes on disk (the engine's charge).
+    let cached = (left / data).clamp(0.0, 1.0);
     let block_io = m.cost_f(page(inp.block_bytes));
     let miss = 1.0 - cached;
     // A lookup of a present key (in the last level, the common case) reads its block and the

@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 
 use super::*;
 use crate::kv::merging::{next_group, resolve, Cursor};
+use crate::kv::msg::{lookup_encoded, Segment};
 use crate::kv::{above_lo, below_hi};
 use crate::storage::Pin;
 
@@ -25,19 +26,32 @@ pub(super) struct Ctx<'a> {
     pub lost: Option<&'a mut Vec<Damage>>,
 }
 
-/// Make block `i` of a pinned table resident, and give it.
+/// Make block `i` of a pinned table resident (its checked bytes), and give it.
 pub(super) fn load_block(
     store: &mut NodeStore<Table>,
     pin: &Pin<Table>,
     i: usize,
-) -> Result<Arc<crate::kv::msg::Segment>> {
-    if let Some(seg) = &pin.read().blocks[i].data {
-        return Ok(seg.clone());
+) -> Result<Arc<Vec<u8>>> {
+    if let Some(raw) = &pin.read().blocks[i].data {
+        return Ok(raw.clone());
     }
-    let seg = Arc::new(pin.read().read_block(store.pager(), pin.id(), i)?);
-    pin.write().blocks[i].data = Some(seg.clone());
+    let raw = Arc::new(pin.read().read_block(store.pager(), pin.id(), i)?);
+    pin.write().blocks[i].data = Some(raw.clone());
     store.recharge(pin);
-    Ok(seg)
+    Ok(raw)
+}
+
+/// Block `i` of a pinned table, decoded (for scans, which take every message).
+fn load_segment(store: &mut NodeStore<Table>, pin: &Pin<Table>, i: usize) -> Result<Segment> {
+    let raw = load_block(store, pin, i)?;
+    let pager = store.pager();
+    pin.read().parse_block(
+        pager.file_name(),
+        pager.offset_of(pin.id()),
+        pin.id(),
+        i,
+        &raw,
+    )
 }
 
 /// A range delete met by a scan: [start, end) deleted at `seq`.
@@ -219,7 +233,7 @@ impl<'a> Cursor<Ctx<'a>> for RunCursor {
                 continue;
             };
             let pin = pin.clone();
-            match load_block(ctx.store, &pin, i) {
+            match load_segment(ctx.store, &pin, i) {
                 Ok(seg) => self.take(seg.points()),
                 Err(e) => match ctx.lost.as_deref_mut() {
                     Some(lost) => {
@@ -278,8 +292,12 @@ impl Lsm {
                 settled |= !covering.is_empty();
                 ranges.extend(covering);
                 if maybe {
-                    let seg = load_block(&mut self.store, &pin, block)?;
-                    let found: Vec<Msg> = seg.lookup(key).cloned().collect();
+                    let raw = load_block(&mut self.store, &pin, block)?;
+                    let found = lookup_encoded(&raw, key).map_err(|e| {
+                        let pager = self.store.pager();
+                        pin.read()
+                            .block_error(pager.file_name(), pager.offset_of(id), id, block, e)
+                    })?;
                     settled |= settles(&found);
                     msgs.extend(found);
                 }

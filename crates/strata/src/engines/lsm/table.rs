@@ -5,7 +5,9 @@
 //! the table's blocks, each a `kv::msg::Segment` of point messages with its own checksum in the
 //! head. The head stays resident once read (it holds the filter and the block index); a point
 //! query then reads the one block its key may lie in (`Pager::read_part`), and only if the
-//! filter lets the key through.
+//! filter lets the key through. A block is cached as its checked bytes, not decoded: a query
+//! walks them for its key (`kv::msg::lookup_encoded`), so a miss costs no allocation per
+//! message and the cache holds each block at its size on disk.
 //!
 //! ```text
 //! head:  points u64 | blocks u32 | ranges u32 | probes u8 | filter length u32, filter bytes |
@@ -35,8 +37,6 @@ use crate::storage::{Chunk, NodeId, Pager, Sealed, StoredNode};
 pub const KIND_TABLE: u8 = kind::ENGINE_FIRST + 5;
 pub const KIND_MANIFEST: u8 = kind::ENGINE_FIRST + 6;
 
-/// Heap bytes a resident block's message costs beyond its encoding.
-pub(crate) const MESSAGE_OVERHEAD: usize = 64;
 /// The least a block's index entry and a range delete take encoded, for `Reader::capacity`.
 const BLOCK_ENTRY: usize = 20;
 const MIN_RANGE: usize = 13;
@@ -53,7 +53,8 @@ pub struct Loc {
 pub struct TableBlock {
     pub loc: Loc,
     pub count: u32,
-    pub data: Option<Arc<Segment>>,
+    /// The block's bytes, checked against its checksum, when resident.
+    pub data: Option<Arc<Vec<u8>>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -80,12 +81,46 @@ impl Table {
         (BLOCK_HEADER + self.head_len) as u64 + self.blocks[i].loc.off as u64
     }
 
-    /// Block `i`'s bytes read from the device and checked.
-    pub fn read_block(&self, pager: &Pager, id: NodeId, i: usize) -> Result<Segment> {
+    /// Block `i`'s bytes read from the device and checked against its checksum.
+    pub fn read_block(&self, pager: &Pager, id: NodeId, i: usize) -> Result<Vec<u8>> {
         let loc = self.blocks[i].loc;
-        let at = self.block_at(i);
-        let bytes = pager.read_part(id, at, loc.len as usize)?;
-        self.decode_block(pager.file_name(), pager.offset_of(id), id, i, &bytes)
+        let bytes = pager.read_part(id, self.block_at(i), loc.len as usize)?;
+        if xxh3_64(&bytes) != loc.sum {
+            return Err(self.block_error(
+                pager.file_name(),
+                pager.offset_of(id),
+                id,
+                i,
+                "checksum mismatch".into(),
+            ));
+        }
+        Ok(bytes)
+    }
+
+    /// Corruption in block `i` of table `id`, whose extent starts at `base` in `file`.
+    pub fn block_error(&self, file: &str, base: u64, id: NodeId, i: usize, what: String) -> Error {
+        Error::corruption(
+            file,
+            base + self.block_at(i),
+            format!("table {id}: block {i}: {what}"),
+        )
+    }
+
+    /// Block `i` decoded from its checked bytes, and checked against its index entry.
+    pub fn parse_block(
+        &self,
+        file: &str,
+        base: u64,
+        id: NodeId,
+        i: usize,
+        bytes: &[u8],
+    ) -> Result<Segment> {
+        let bad = |what: String| self.block_error(file, base, id, i, what);
+        let seg = Segment::decode(bytes).map_err(bad)?;
+        if seg.points().len() != self.blocks[i].count as usize || !seg.ranges().is_empty() {
+            return Err(bad("holds other messages than its index entry says".into()));
+        }
+        Ok(seg)
     }
 
     /// Block `i` from its bytes (read alone, or cut from the whole extent), for table `id`
@@ -98,22 +133,10 @@ impl Table {
         i: usize,
         bytes: &[u8],
     ) -> Result<Segment> {
-        let loc = self.blocks[i].loc;
-        let bad = |what: String| {
-            Error::corruption(
-                file,
-                base + self.block_at(i),
-                format!("table {id}: block {i}: {what}"),
-            )
-        };
-        if xxh3_64(bytes) != loc.sum {
-            return Err(bad("checksum mismatch".into()));
+        if xxh3_64(bytes) != self.blocks[i].loc.sum {
+            return Err(self.block_error(file, base, id, i, "checksum mismatch".into()));
         }
-        let seg = Segment::decode(bytes).map_err(bad)?;
-        if seg.points().len() != self.blocks[i].count as usize || !seg.ranges().is_empty() {
-            return Err(bad("holds other messages than its index entry says".into()));
-        }
-        Ok(seg)
+        self.parse_block(file, base, id, i, bytes)
     }
 
     /// Block `i`'s bytes within the whole extent `whole`.
@@ -219,7 +242,7 @@ impl StoredNode for Table {
                 .blocks
                 .iter()
                 .filter_map(|b| b.data.as_ref())
-                .map(|s| s.bytes() + s.len() * MESSAGE_OVERHEAD)
+                .map(|d| d.len())
                 .sum::<usize>()
     }
 
@@ -436,7 +459,8 @@ mod tests {
         assert_eq!(back.largest, 2_000u32.to_be_bytes().to_vec());
         let mut seen = 0;
         for i in 0..back.blocks.len() {
-            let seg = back.read_block(&pager, id, i).unwrap();
+            let raw = back.read_block(&pager, id, i).unwrap();
+            let seg = back.parse_block("sim", 0, id, i, &raw).unwrap();
             for m in seg.points() {
                 assert_eq!(back.block_for(&m.key), i);
                 assert!(back.filter.may_hold(&m.key));
