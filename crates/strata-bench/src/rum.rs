@@ -77,6 +77,10 @@ pub struct Row {
     pub latency: Latency,
     /// Reads that found nothing or a wrong value, over all runs and phases (must be 0).
     pub wrong_reads: u64,
+    /// Writes that waited for background work in the load and mixed phases of the first run,
+    /// and their seconds, where the engine counts them.
+    #[serde(default)]
+    pub write_stalls: Option<(u64, f64)>,
 }
 
 /// Latency quantiles of one engine, in µs: point reads warm and cold, and commits of a batch
@@ -169,6 +173,10 @@ pub fn row(runs: &[RunResult]) -> Row {
             .flat_map(|r| &r.phases)
             .map(|p| p.wrong_reads)
             .sum(),
+        write_stalls: ["load", "mixed"]
+            .iter()
+            .filter_map(|l| first.phase(l)?.write_stalls)
+            .reduce(|a, b| (a.0 + b.0, a.1 + b.1)),
     }
 }
 
@@ -245,7 +253,7 @@ fn seconds(s: f64) -> String {
 /// Latency quantiles as a Markdown table, "p50 / p99" in µs per cell.
 pub fn latency_markdown(rows: &[Row]) -> String {
     let mut s = String::from(
-        "| engine | read µs (p50 / p99) | cold read µs | load commit µs | mixed commit µs |\n|---|---|---|---|---|\n",
+        "| engine | read µs (p50 / p99) | cold read µs | load commit µs | mixed commit µs | write stalls (load + mixed) |\n|---|---|---|---|---|---|\n",
     );
     let pair = |p50: f64, p99: f64| {
         if p50 <= 0.0 && p99 <= 0.0 {
@@ -257,12 +265,14 @@ pub fn latency_markdown(rows: &[Row]) -> String {
     for r in rows {
         let l = &r.latency;
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} |\n",
             r.engine,
             pair(l.read_p50_us, l.read_p99_us),
             pair(l.cold_read_p50_us, l.cold_read_p99_us),
             pair(l.load_commit_p50_us, l.load_commit_p99_us),
             pair(l.mixed_commit_p50_us, l.mixed_commit_p99_us),
+            r.write_stalls
+                .map_or_else(|| "-".to_string(), |(n, s)| format!("{n}, {s:.2} s in all")),
         ));
     }
     s
@@ -378,6 +388,8 @@ mod tests {
         load.commit_p99_us = 56.78;
         let mut mixed = phase("mixed", 5.0);
         mixed.flush_secs = 2.0;
+        load.write_stalls = Some((3, 0.5));
+        mixed.write_stalls = Some((1, 0.25));
         RunResult {
             engine: "e".into(),
             version: "e 1".into(),
@@ -406,6 +418,12 @@ mod tests {
         assert_eq!(median(vec![4.0, 1.0]), 2.5);
         assert_eq!((r.latency.read_p50_us, r.latency.read_p99_us), (0.8, 8.0));
         assert_eq!(r.latency.load_commit_p50_us, 1234.4);
+        assert_eq!(
+            r.write_stalls,
+            Some((4, 0.75)),
+            "load and mixed stalls, summed"
+        );
+        assert!(latency_markdown(&[r.clone()]).contains("| 4, 0.75 s in all |"));
         let lat = latency_markdown(std::slice::from_ref(&r));
         assert!(
             lat.contains("| e | 0.80 / 8.00 | - | 1,234 / 56.8 | - |"),

@@ -70,6 +70,10 @@ pub struct PhaseResult {
     pub flush_bytes_written: u64,
     /// The engine's own count of bytes written, where it keeps one.
     pub engine_bytes_written: Option<u64>,
+    /// Writes that waited for background work during the phase, and their seconds, where the
+    /// engine counts them.
+    #[serde(default)]
+    pub write_stalls: Option<(u64, f64)>,
     /// The block device's counters over the phase (the whole device, journal included).
     pub device_bytes_written: Option<u64>,
     pub device_reads: Option<u64>,
@@ -294,6 +298,7 @@ impl Harness<'_> {
         let device = BlockStat::of(dir);
         let proc_before = ProcIo::now();
         let engine_before = self.store().engine_bytes_written();
+        let stalls_before = self.store().write_stalls();
         let started = Instant::now();
         let mut t = Tally::default();
         let mut report = |done: u64, total: u64| progress(&label, done, total);
@@ -362,6 +367,11 @@ impl Harness<'_> {
             (Some(b), Some(a), _) => Some(a.saturating_sub(b)),
             _ => None,
         };
+        let write_stalls = match (stalls_before, self.store().write_stalls(), phase) {
+            (_, _, Phase::Reopen) => None,
+            (Some(b), Some(a), _) => Some((a.0.saturating_sub(b.0), (a.1 - b.1).max(0.0))),
+            _ => None,
+        };
         let proc = ProcIo::now().since(&proc_before);
         let dev = device.and_then(|b| Some(BlockStat::of(dir)?.since(&b)));
         let live_bytes = self.live() * (self.spec.key_size + self.spec.value_size) as u64;
@@ -387,6 +397,7 @@ impl Harness<'_> {
             process_bytes_read: proc.read_bytes,
             flush_bytes_written,
             engine_bytes_written,
+            write_stalls,
             device_bytes_written: dev.map(|d| d.bytes_written),
             device_reads: dev.map(|d| d.reads),
             disk_bytes: measure::allocated_bytes(dir),

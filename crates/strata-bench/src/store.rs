@@ -69,6 +69,11 @@ pub trait Store {
     fn engine_bytes_written(&self) -> Option<u64> {
         None
     }
+    /// Writes that waited for the engine's background work so far, and their seconds in all,
+    /// where the engine counts them (strata's LSM-tree does).
+    fn write_stalls(&self) -> Option<(u64, f64)> {
+        None
+    }
     /// Close cleanly (what a reopen or the end of a run does).
     fn close(self: Box<Self>) -> Result<()>;
 }
@@ -310,6 +315,14 @@ impl Store for StrataStore {
 
     fn engine_bytes_written(&self) -> Option<u64> {
         Some(self.0.metrics().total_io().bytes_written)
+    }
+
+    fn write_stalls(&self) -> Option<(u64, f64)> {
+        let e = self.0.metrics().engine;
+        e.detail
+            .iter()
+            .any(|(n, _)| *n == "stalls")
+            .then(|| (e.detail("stalls"), e.detail("stall_ms") as f64 / 1e3))
     }
 
     fn close(self: Box<Self>) -> Result<()> {
