@@ -531,7 +531,7 @@ pub fn betree_geometry(model: &Affine, w: &Workload, b: u64) -> (u64, u64) {
                 basement *= 2;
                 continue;
             }
-            let p = predict::betree(&input(w, b, Some(f), basement), model);
+            let p = predict::betree_engine(&input(w, b, Some(f), basement), model);
             let cost = wi * p.insert.seconds + wp * p.point.seconds + wr * p.range.seconds;
             if best.is_none_or(|(c, _, _)| cost < c * (1.0 - 1e-9)) {
                 best = Some((cost, f, basement));
@@ -592,7 +592,7 @@ impl Plan {
     fn predict(&self, tree: Tree, node: u64, geo: Option<(u64, u64)>) -> Prediction {
         match (tree, geo) {
             (Tree::BeTree, Some((f, basement))) => {
-                predict::betree(&input(&self.workload, node, Some(f), basement), &self.model)
+                predict::betree_engine(&input(&self.workload, node, Some(f), basement), &self.model)
             }
             _ => predict::btree(&input(&self.workload, node, None, 4096), &self.model),
         }
