@@ -442,14 +442,14 @@ fn measure_betree(row: &tune::BeTreeRow, w: &Workload, n0: u64, window: u64) -> 
 /// measures flushes, spills, drains and evictions only.
 ///
 /// - The pick is within one power of two of the measured best node size, or its measured cost
-///   within 15% of the best's. (On samsung-970-pro the pick, 512 KiB, is two powers of two
-///   below the measured best and costs 13% more: the account overstates large nodes' inserts
-///   there, docs/models.md.)
+///   within 15% of the best's. (On samsung-970-pro, mixed, the pick, 512 KiB, is two powers of
+///   two below the measured best and measures 12% more: the account does not resolve the 5–10%
+///   differences in point reads that decide it, docs/models.md.)
 /// - Geometries the account sets clearly apart (predicted costs 25% or more apart) are measured
 ///   in the same order.
-/// - Predicted IOs and bytes per insert are within a factor of 2.1 of measured at every
-///   geometry (measured 0.65–2.05 across these runs), and the bytes are closer than Theorem 9's
-///   (which are 3.7–10× too high: it rewrites a leaf on every flush).
+/// - Predicted IOs and bytes per insert are within a factor of 1.6 of measured at every
+///   geometry (0.65–1.38 across these runs), and the bytes are closer than Theorem 9's (which
+///   are 3.7–12× too high: it rewrites a leaf on every flush).
 #[test]
 fn the_betree_ranking_follows_measured_io_on_the_simulator() {
     let (n0, window) = (120_000u64, 60_000u64);
@@ -511,7 +511,7 @@ fn the_betree_ranking_follows_measured_io_on_the_simulator() {
                 predicted * 1e6,
                 measured * 1e6
             );
-            let within = |p: f64, m: f64| p / m <= 2.1 && m / p <= 2.1;
+            let within = |p: f64, m: f64| p / m <= 1.6 && m / p <= 1.6;
             assert!(within(row.insert.ios(), ins.ios()), "{what}: IOs");
             assert!(within(row.insert.bytes(), ins.bytes()), "{what}: bytes");
             assert!(

@@ -60,7 +60,13 @@ const BE_CACHE_NODE: f64 = 256.0;
 /// 1 MiB nodes with 16 and 64 KiB): about 5 µs + 0.5 ns per byte.
 pub const BE_BASEMENT_CPU_S: f64 = 5e-6;
 pub const BE_BASEMENT_CPU_PER_BYTE_S: f64 = 0.5e-9;
-const CACHE_ENTRY: f64 = 96.0;
+pub const CACHE_ENTRY: f64 = 96.0;
+/// betree/basement.rs: a Bε-tree leaf keeps its entries flat, in their encoding, so the cache
+/// charges an entry its encoded bytes plus an offset u32 and a key head u64, and each resident
+/// basement a fixed part (betree/node.rs `charge`). Until issue 19 the model charged leaves the
+/// 96 bytes per entry of the message buffers, half again what the engine charges.
+pub const BE_LEAF_ENTRY_HEAP: f64 = 12.0;
+pub const BE_BASEMENT_CACHE: f64 = 160.0;
 /// Bytes a record costs in the write-ahead log beside its key and value (op kind, lengths, and
 /// its share of the record header); sets how many inserts fall between two checkpoints.
 pub const WAL_OP_OVERHEAD: f64 = 10.0;
@@ -542,7 +548,9 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
         Account::Engine => (buffer / 2.0, page_round(internal_header + buffer / 2.0)),
     };
     let buffer_charge = buffered + heap * (buffered / message) * CACHE_ENTRY;
-    let leaf_charge = per_leaf * (record + heap * CACHE_ENTRY);
+    let leaf_basements = (leaf_encoded / basement).ceil().max(1.0);
+    let leaf_charge = per_leaf * record
+        + heap * (per_leaf * BE_LEAF_ENTRY_HEAP + leaf_basements * BE_BASEMENT_CACHE);
     let basement_read = page_round(basement.min(leaf_node));
     let leaves = (inp.records as f64 / per_leaf).ceil().max(1.0);
     let counts = level_counts(leaves, fanout);
@@ -566,10 +574,6 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
             }
         })
         .collect();
-    allocate(&mut levels, inp.cache_bytes as f64);
-    levels[0].cached = 1.0;
-    levels[0].header_cached = 1.0;
-
     let flush = buffer / fanout;
     // In the engine, a flush into a leaf that is not resident is spilled as a run (one write of
     // its bytes) while the leaf's runs stay within their budget; the flush after the last spill
@@ -579,6 +583,28 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
         Account::Paper => 0.0,
         Account::Engine => spills_per_drain(inp, b, flush),
     };
+    if spills > 0.0 && height >= 2 {
+        // A run is made in the cache, so the runs spilled in the last cycle of flushes over the
+        // leaf level (one flush per leaf, s of every s + 1 of them spilled) are resident, and
+        // take the cache before the leaves do: they are newer than any leaf not flushed into.
+        let runs = Level {
+            nodes: levels[height - 1].nodes * spills / (spills + 1.0),
+            node_bytes: page_round(flush),
+            cache_bytes: header_charge(BE_HEADER_FIXED)
+                + flush
+                + heap * (flush / message) * CACHE_ENTRY,
+            header_bytes: 0.0,
+            cached: 0.0,
+            header_cached: 0.0,
+        };
+        levels.insert(height - 1, runs);
+        allocate(&mut levels, inp.cache_bytes as f64);
+        levels.remove(height - 1);
+    } else {
+        allocate(&mut levels, inp.cache_bytes as f64);
+    }
+    levels[0].cached = 1.0;
+    levels[0].header_cached = 1.0;
 
     let mut point = OpCost::default();
     for (i, l) in levels.iter().enumerate() {
@@ -628,6 +654,10 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
     for (i, l) in levels.iter().enumerate().skip(1) {
         let hit = match account {
             Account::Paper => l.cached,
+            // A spill does not touch its leaf, so the leaves LRU keeps are the ones flushed into
+            // directly, every cycle: the resident ones stay resident rather than being swept
+            // out (`swept_hit`) by leaves that are not.
+            Account::Engine if i + 1 == height && spills > 0.0 => l.cached,
             Account::Engine => swept_hit(l.cached),
         };
         let w = writes_per_update(
@@ -656,7 +686,6 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
     // A flush brings k messages to a leaf of L basements and rebuilds the ones they land in:
     // L(1 − e^(−k/L)) of them, each at a fixed cost plus its bytes. A drain brings the messages
     // of all the flushes its runs took.
-    let leaf_basements = (leaf_encoded / basement).ceil().max(1.0);
     let rebuilt = |k: f64| leaf_basements * (1.0 - (-k / leaf_basements).exp());
     let k = flush / message;
     let rebuilt_per_flush =
