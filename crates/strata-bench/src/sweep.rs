@@ -884,21 +884,25 @@ fn measure(
             let _ = std::fs::remove_dir_all(self.0);
         }
     }
-    if path.exists() {
-        return Err(Error::InvalidOptions(format!(
-            "sweep: {} already exists",
-            path.display()
-        )));
-    }
-    let _remove = Remove(&path);
+    let mut _remove = None;
     let place = match &cfg.sim {
+        // On the simulator nothing touches a directory.
         Some(name) => {
             let env = SimEnv::new();
             let preset = SimPreset::find(name).expect("validated");
             env.disk().set_sim_model(preset.model());
             Place::Sim(env)
         }
-        None => Place::Dir(&path),
+        None => {
+            if path.exists() {
+                return Err(Error::InvalidOptions(format!(
+                    "sweep: {} already exists",
+                    path.display()
+                )));
+            }
+            _remove = Some(Remove(&path));
+            Place::Dir(&path)
+        }
     };
     let shape = match geo {
         Some((f, b)) => format!(
