@@ -154,7 +154,7 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&str)) -> Result<Report> {
                 inp.basement_bytes = BLOCK as u64;
             }
             let p = if *engine == "betree" {
-                predict::betree(&inp, &model)
+                predict::betree_engine(&inp, &model)
             } else {
                 predict::btree(&inp, &model)
             };

@@ -177,7 +177,9 @@ fn device_profile(
         title: "Device profile".into(),
         markdown: format!(
             "The affine model (an IO of x bytes costs s + t·x) and the PDAM model (P IOs in \
-             parallel per step) fitted to {source}.\n\n```\n{}```",
+             parallel per step) fitted to {source}, each against every measured point beside \
+             the DAM (one fixed cost per block, no parallelism), which is off by up to 2× \
+             across IO sizes and by about P across threads (seed 000 §4).\n\n```\n{}```",
             crate::profile::render(&p)
         ),
         figures: vec![Figure {

@@ -13,8 +13,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use strata::profile::errors::error;
 use strata::profile::{
-    self, DeviceProfile, FileTarget, ProfileConfig, Progress, SimTarget, Target,
+    self, DeviceProfile, FileTarget, ModelErrors, ProfileConfig, Progress, SimTarget, Target,
 };
 use strata::storage::sim::PRESETS;
 
@@ -208,7 +209,6 @@ pub fn render(p: &DeviceProfile) -> String {
     let mut o = String::new();
     let a = &p.affine;
     let d = &p.pdam;
-    let model = p.affine_model();
     o.push_str(&format!(
         "device: {}{}\naffine model (random reads, queue depth 1)\n",
         p.device,
@@ -300,48 +300,72 @@ pub fn render(p: &DeviceProfile) -> String {
         p.fsync.samples
     ));
 
-    o.push_str("\naffine model against measurement\n");
+    let errors = ModelErrors::of(p);
     o.push_str(&format!(
-        "  {:>8} {:>7} {:>12} {:>12} {:>10} {:>8}  {}\n",
-        "size", "IOs", "measured µs", "s + t·x µs", "error", "sd µs", "fitted"
+        "\naffine model and DAM against measurement (error = measured / model − 1)\n  DAM: \
+         Lemma 1's, blocks of 1/α = {} costing {} µs each (2s); no parallelism\n",
+        human(errors.dam.block_bytes),
+        us(errors.dam.block_s)
     ));
-    for q in &a.points {
-        let pred = model.cost(q.bytes);
+    o.push_str(&format!(
+        "  {:>8} {:>7} {:>12} {:>12} {:>10} {:>12} {:>10} {:>8}  {}\n",
+        "size", "IOs", "measured µs", "s + t·x µs", "error", "DAM µs", "error", "sd µs", "fitted"
+    ));
+    for (q, e) in a.points.iter().zip(&errors.sizes) {
         o.push_str(&format!(
-            "  {:>8} {:>7} {:>12} {:>12} {:>10} {:>8}  {}\n",
+            "  {:>8} {:>7} {:>12} {:>12} {:>10} {:>12} {:>10} {:>8}  {}\n",
             human(q.bytes),
             q.ios,
             us(q.mean_s),
-            us(pred),
-            Pct(q.mean_s / pred - 1.0).to_string(),
+            us(e.affine_s),
+            Pct(error(q.mean_s, e.affine_s)).to_string(),
+            us(e.dam_s),
+            Pct(error(q.mean_s, e.dam_s)).to_string(),
             us(q.stddev_s),
             if q.fitted { "yes" } else { "no" }
         ));
     }
-    let pdam = p.pdam_model();
-    let blocks = d.per_thread_bytes / d.block_bytes;
     o.push_str(&format!(
         "\nPDAM against measurement: time for each thread to read {} (from the measured \
          throughput)\n",
         human(d.per_thread_bytes)
     ));
     o.push_str(&format!(
-        "  {:>7} {:>8} {:>11} {:>12} {:>12} {:>8} {:>12} {:>8}\n",
-        "threads", "IOs", "MiB/s", "measured s", "segments s", "error", "PDAM s", "error"
+        "  {:>7} {:>8} {:>11} {:>12} {:>12} {:>8} {:>12} {:>8} {:>12} {:>8}\n",
+        "threads",
+        "IOs",
+        "MiB/s",
+        "measured s",
+        "segments s",
+        "error",
+        "PDAM s",
+        "error",
+        "DAM s",
+        "error"
     ));
-    for q in &d.points {
+    for (q, e) in d.points.iter().zip(&errors.threads) {
         let seg = d.fit.predict(q.threads as f64);
-        let model_s = pdam.threads_s(q.threads as u64, blocks);
         o.push_str(&format!(
-            "  {:>7} {:>8} {:>11.1} {:>12.1} {:>12.1} {:>8} {:>12.1} {:>8}\n",
+            "  {:>7} {:>8} {:>11.1} {:>12.1} {:>12.1} {:>8} {:>12.1} {:>8} {:>12.1} {:>8}\n",
             q.threads,
             q.ios,
             q.bytes_per_s / (1u64 << 20) as f64,
             q.completion_s,
             seg,
-            Pct(q.completion_s / seg - 1.0).to_string(),
-            model_s,
-            Pct(q.completion_s / model_s - 1.0).to_string()
+            Pct(error(q.completion_s, seg)).to_string(),
+            e.pdam_s,
+            Pct(error(q.completion_s, e.pdam_s)).to_string(),
+            e.dam_s,
+            Pct(error(q.completion_s, e.dam_s)).to_string()
+        ));
+    }
+    if !errors.sizes.is_empty() || !errors.threads.is_empty() {
+        let (affine, dam_sizes) = errors.worst_by_size();
+        let (pdam, dam_threads) = errors.worst_by_threads();
+        o.push_str(&format!(
+            "\nworst factor off: across IO sizes affine {affine:.2}×, DAM {dam_sizes:.2}×; \
+             across threads PDAM {pdam:.2}×, DAM {dam_threads:.2}× (the DAM prices every IO \
+             at one block cost and has no parallelism)\n"
         ));
     }
     o
@@ -375,6 +399,12 @@ mod tests {
         assert!((p.pdam.parallelism / truth.parallelism - 1.0).abs() < 0.10);
         let text = render(&p);
         assert!(text.contains("half-bandwidth point"), "{text}");
+        // The DAM's columns and its worst factor, which on an SSD with P 5.5 is several times
+        // the PDAM's.
+        assert!(text.contains("DAM µs") && text.contains("DAM s"), "{text}");
+        let (pdam, dam) = ModelErrors::of(&p).worst_by_threads();
+        assert!(dam > 3.0 * pdam, "{pdam} {dam}");
+        assert!(text.contains("worst factor off"), "{text}");
         // One line per measured point in each comparison table.
         let lines = text.lines().filter(|l| l.contains('%')).count();
         assert!(

@@ -75,6 +75,10 @@ pub struct SweepArgs {
     /// A smaller run: less data and cache, nodes up to 1MiB, fewer operations
     #[arg(long)]
     quick: bool,
+    /// Run on a simulated device preset (see `strata profile --list-presets`) instead of --dir:
+    /// its own model prices the trees and times them (data-file IO only, no CPU)
+    #[arg(long, value_name = "PRESET", conflicts_with_all = ["dir", "profile"])]
+    sim: Option<String>,
     /// Print the report as JSON (and no progress)
     #[arg(long)]
     json: bool,
@@ -118,9 +122,16 @@ impl Drop for TempDir {
 }
 
 fn config(a: &SweepArgs, dir: &Path) -> Result<Config, Failure> {
-    let (profile, source, is_default) = load_profile(a.profile.as_ref())?;
-    let mut cfg = Config::new(dir, profile, &source);
-    cfg.profile_is_default = is_default;
+    let mut cfg = match &a.sim {
+        Some(preset) => Config::simulated(preset)
+            .map_err(|e| Failure::Invalid(e.to_string().replace("invalid options: ", "")))?,
+        None => {
+            let (profile, source, is_default) = load_profile(a.profile.as_ref())?;
+            let mut cfg = Config::new(dir, profile, &source);
+            cfg.profile_is_default = is_default;
+            cfg
+        }
+    };
     if a.quick {
         cfg = cfg.quick();
     }
@@ -171,14 +182,16 @@ pub fn run(a: SweepArgs) -> Result<ExitCode, Failure> {
     }
     // Check the arguments against a placeholder before making the temporary directory.
     config(&a, Path::new("."))?;
-    let temp = match &a.dir {
-        Some(_) => None,
-        None => Some(TempDir::new()?),
+    let temp = match (&a.dir, &a.sim) {
+        (None, None) => Some(TempDir::new()?),
+        _ => None,
     };
-    let dir = a
-        .dir
-        .clone()
-        .unwrap_or_else(|| temp.as_ref().expect("made above").0.clone());
+    let dir = match (&a.dir, &temp) {
+        (Some(d), _) => d.clone(),
+        (None, Some(t)) => t.0.clone(),
+        // On the simulator nothing is written to a directory.
+        (None, None) => PathBuf::new(),
+    };
     let cfg = config(&a, &dir)?;
     let quiet = a.json;
     let report = sweep::run(&cfg, |stage| {
@@ -218,7 +231,14 @@ pub fn render(r: &Report, svg: Option<&Path>) -> String {
         human(r.data_bytes),
         r.data_over_cache,
         human(c.cache_bytes),
-        if c.direct_io { "O_DIRECT" } else { "buffered" }
+        match (&c.sim, c.direct_io) {
+            (Some(p), _) => format!(
+                "on the simulated {p}: µs/op is its model's price of the data file's IO (no CPU, \
+                 no log)"
+            ),
+            (None, true) => "O_DIRECT".into(),
+            (None, false) => "buffered".into(),
+        }
     );
     let _ = writeln!(
         out,
@@ -319,6 +339,25 @@ pub fn render(r: &Report, svg: Option<&Path>) -> String {
                 b.largest_us,
                 b.largest_over_best,
                 b.predicted_largest_over_best,
+            );
+        }
+        if let Some(f) = &s.alpha_fit {
+            let _ = writeln!(
+                out,
+                "  α from the measured query curve: the seed's line against the node size from {} \
+                 up ({} sizes) {:.3e} per byte (R² {:.3}); through the tree's model (its reads \
+                 and bytes per query at each size) s = {:.0} µs, α = {:.3e}, 1/α = {} (R² \
+                 {:.3}); the profile's α {:.3e} ({:+.0}%)",
+                human(f.from_node),
+                f.sizes,
+                f.alpha_per_node_byte,
+                f.r2_node,
+                f.setup_us,
+                f.alpha,
+                human(f.half_bandwidth_bytes as u64),
+                f.r2,
+                f.profile_alpha,
+                100.0 * (f.alpha / f.profile_alpha - 1.0)
             );
         }
     }

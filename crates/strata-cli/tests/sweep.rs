@@ -1,6 +1,7 @@
 //! `strata bench sweep` end to end, on a tiny data set: the JSON report parses and holds every
 //! point with positive times and predictions, says when the model used a stand-in profile,
-//! the SVG is written, and no database is left in the directory, given or default. Bad
+//! the SVG is written, and no database is left in the directory, given or default. On a
+//! simulated preset (`--sim`) the times are the preset's price of the data file's IO. Bad
 //! arguments fail with exit code 1. Nothing here asserts on timing.
 
 use std::path::Path;
@@ -122,9 +123,40 @@ fn bad_arguments_exit_1() {
         &["--max-node", "32MiB"],
         &["--records", "10"],
         &["--dir", "/nonexistent/strata-sweep"],
+        &["--sim", "floppy"],
     ] {
         let out = sweep(tmp.path(), extra).output().unwrap();
         assert_eq!(out.status.code(), Some(1), "{extra:?}: {out:?}");
         assert!(!out.stderr.is_empty());
     }
+}
+
+#[test]
+fn simulated_sweep_prices_the_data_files_io_with_the_preset() {
+    let tmp = TempDir::new().unwrap();
+    let out = sweep(
+        tmp.path(),
+        &["--sim", "wd-black-1tb-2011", "--tree", "btree", "--json"],
+    )
+    .output()
+    .unwrap();
+    let r: Value = serde_json::from_str(&succeeded(&out)).unwrap();
+    assert_eq!(r["config"]["sim"], "wd-black-1tb-2011");
+    assert!(r["profile"]["source"]
+        .as_str()
+        .unwrap()
+        .contains("simulated"));
+    // The preset's own s, and every phase's time is its IO priced by it.
+    assert!((r["profile"]["setup_us"].as_f64().unwrap() - 12_000.0).abs() < 1e-6);
+    let points = r["points"].as_array().unwrap();
+    assert!(!points.is_empty());
+    for p in points {
+        for phase in ["insert", "query"] {
+            let us = p[phase]["us_per_op"].as_f64().unwrap();
+            let io = p[phase]["io_model_us"].as_f64().unwrap();
+            assert!(us > 0.0 && (us / io - 1.0).abs() < 1e-9, "{p}");
+        }
+    }
+    // Nothing was written under the temporary directory.
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
 }

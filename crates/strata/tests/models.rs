@@ -222,7 +222,7 @@ fn betree_prediction_hand_computed() {
     let m = Affine::new(S, T);
     // Heads: 332 + 8·332 + 64·(28 + 16 basements·(22 + 8)) = 35500 B; then the root's buffer.
     let heads = 332 + 8 * 332 + 64 * 508;
-    let p = predict::betree(&hand_betree(heads + 65204), &m);
+    let p = predict::betree_paper(&hand_betree(heads + 65204), &m);
     assert_eq!(p.height, 3);
     assert_eq!(p.leaves, 64.0);
     // Point: one 8 KiB segment at level 1, one 4 KiB basement at the leaf.
@@ -240,7 +240,7 @@ fn betree_prediction_hand_computed() {
     assert!(close(p.insert.normalised(&m), 2.0 * 2.0 * per_level, 1e-9));
 
     // No cache: the heads are read too (the root stays pinned).
-    let cold = predict::betree(&hand_betree(0), &m);
+    let cold = predict::betree_paper(&hand_betree(0), &m);
     assert_eq!(cold.point.reads, 4.0);
     assert_eq!(cold.point.read_bytes, 4096.0 + 8192.0 + 4096.0 + 4096.0);
 
@@ -248,7 +248,7 @@ fn betree_prediction_hand_computed() {
     // remaining bytes.
     let mut r = hand_betree(heads + 65204);
     r.range_items = 2849;
-    let rp = predict::betree(&r, &m);
+    let rp = predict::betree_paper(&r, &m);
     assert_eq!(rp.range.reads, 4.0);
     assert!(close(
         rp.range.read_bytes,
@@ -283,7 +283,7 @@ fn betree_queries_read_less_than_a_node_per_level() {
     let m = Affine::default_ssd();
     let mut p = PredictInput::new(4 << 20, 100_000_000, 16, 100, 256 << 20);
     p.fanout = Some(32);
-    let pr = predict::betree(&p, &m);
+    let pr = predict::betree_paper(&p, &m);
     let levels_read = pr.point.reads.max(1.0);
     assert!(pr.point.read_bytes / levels_read < (4 << 20) as f64 / 16.0);
     assert!(!pr.derivation.is_empty());

@@ -62,7 +62,7 @@ fn insert_write_bytes_match_the_prediction_within_2x() {
             let kv = 116.0;
             (
                 (load.leaves + load.internal) * kv,
-                predict::betree(&inp, &m).insert.write_bytes,
+                predict::betree_paper(&inp, &m).insert.write_bytes,
             )
         } else {
             (predict::btree(&inp, &m).insert.write_bytes, f64::INFINITY)

@@ -191,6 +191,8 @@ fn the_plot_is_an_svg_with_every_point() {
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     let circles = svg.matches("<circle").count();
     assert_eq!(circles, p.affine.points.len() + p.pdam.points.len());
+    // The DAM is drawn in both panels, beside the fitted models.
+    assert_eq!(svg.matches(r#"stroke-dasharray="2 3""#).count(), 2);
 }
 
 fn pdam_points(times: &[(u32, f64)]) -> Vec<profile::PdamPoint> {

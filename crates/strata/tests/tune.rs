@@ -230,7 +230,7 @@ fn betree_insert_cpu_grows_as_basements_shrink() {
         let mut inp = predict::PredictInput::new(4 << 20, 1_000_000, 16, 100, 0);
         inp.fanout = Some(43);
         inp.basement_bytes = basement;
-        predict::betree(&inp, &m).insert.cpu_seconds
+        predict::betree_engine(&inp, &m).insert.cpu_seconds
     };
     // A flush of ~740 messages rebuilds most of a 4 KiB-basement leaf, few 64 KiB basements.
     assert!(
@@ -290,7 +290,7 @@ fn predicted_load_write_amplification_follows_measured_loads() {
         inp.basement_bytes = 4096;
         inp.inserts_per_checkpoint = predict::checkpoint_inserts(checkpoint, 16, 100);
         let load = predict::betree_load(&inp, &m);
-        let paper = predict::betree(&inp, &m).insert.write_bytes / 116.0 + load.log;
+        let paper = predict::betree_paper(&inp, &m).insert.write_bytes / 116.0 + load.log;
         eprintln!(
             "node {node} F {fanout}: measured WA {measured:.2}, predicted {load:?}, paper's \
              account at N {paper:.2}"
@@ -358,4 +358,200 @@ fn the_tuner_warns_of_the_btrees_write_amplification_beyond_the_cache() {
         "{:?}",
         r.notes
     );
+}
+
+/// IO per operation measured on the simulated device, from the data file's counters.
+#[derive(Clone, Copy, Debug, Default)]
+struct Io {
+    reads: f64,
+    read_bytes: f64,
+    writes: f64,
+    write_bytes: f64,
+}
+
+impl Io {
+    fn between(a: &strata::IoSnapshot, b: &strata::IoSnapshot, ops: u64) -> Io {
+        let n = ops as f64;
+        Io {
+            reads: (b.reads - a.reads) as f64 / n,
+            read_bytes: (b.bytes_read - a.bytes_read) as f64 / n,
+            writes: (b.writes - a.writes) as f64 / n,
+            write_bytes: (b.bytes_written - a.bytes_written) as f64 / n,
+        }
+    }
+
+    fn ios(&self) -> f64 {
+        self.reads + self.writes
+    }
+
+    fn bytes(&self) -> f64 {
+        self.read_bytes + self.write_bytes
+    }
+
+    /// What the simulated device charges for these IOs, one at a time: each IO of x bytes
+    /// costs s + t·x, so the sum is s per IO plus t per byte.
+    fn seconds(&self, m: &Affine) -> f64 {
+        self.ios() * m.setup_s + self.bytes() * m.per_byte_s
+    }
+}
+
+/// Load `n0` random records (16-byte keys, 100-byte values, batches of 1,000) into a Bε-tree
+/// of this geometry on the simulated device, then measure the data file's IO over `window`
+/// more inserts, and over `queries` point queries of loaded keys. Returns (insert, point), per
+/// operation.
+fn measure_betree(row: &tune::BeTreeRow, w: &Workload, n0: u64, window: u64) -> (Io, Io) {
+    let opts = Options::default()
+        .betree(
+            row.node_bytes as usize,
+            row.fanout as usize,
+            row.basement_bytes as usize,
+        )
+        .cache_bytes(w.cache_bytes as usize)
+        .checkpoint_wal_bytes(w.checkpoint_wal_bytes)
+        .durability(Durability::None);
+    let db = Db::open_in(&SimEnv::new(), opts).unwrap();
+    let put = |from: u64, to: u64| {
+        for b in (from..to).step_by(1000) {
+            let mut batch = WriteBatch::new();
+            for i in b..(b + 1000).min(to) {
+                batch.put(rum_key(i), [i as u8; 100]);
+            }
+            db.write(batch).unwrap();
+        }
+    };
+    put(0, n0);
+    let a = db.metrics().data_io;
+    put(n0, n0 + window);
+    let b = db.metrics().data_io;
+    let queries = 2_000;
+    let mut rng = strata::model::SplitMix64::new(7);
+    for _ in 0..queries {
+        let k = rum_key(rng.below(n0 + window));
+        assert!(db.get(k).unwrap().is_some());
+    }
+    let c = db.metrics().data_io;
+    (Io::between(&a, &b, window), Io::between(&b, &c, queries))
+}
+
+/// Issue 19: the tuner ranks Bε-tree geometries with the engine's account (runs spilled beside
+/// leaves that are not in memory), and what it predicts is what the engine does. On three
+/// simulated devices (seed 000's Table 1 SSDs and a Table 2 HDD) the tuner's best geometry at
+/// every node size the cache allows is loaded with 120K records (data about 3–6× the cache), then
+/// 60K more inserts and 2,000 point queries are measured, IO counted exactly and priced with the
+/// device's s + t·x. Checkpoints are kept out of the window (a 1 TiB log interval), so the window
+/// measures flushes, spills, drains and evictions only.
+///
+/// - The pick is within one power of two of the measured best node size, or its measured cost
+///   within 15% of the best's. (On samsung-970-pro, mixed, the pick, 512 KiB, is two powers of
+///   two below the measured best and measures 12% more: the account does not resolve the 5–10%
+///   differences in point reads that decide it, docs/models.md.)
+/// - Geometries the account sets clearly apart (predicted costs 25% or more apart) are measured
+///   in the same order.
+/// - Predicted IOs and bytes per insert are within a factor of 1.6 of measured at every
+///   geometry (0.65–1.38 across these runs), and the bytes are closer than Theorem 9's (which
+///   are 3.7–12× too high: it rewrites a leaf on every flush).
+#[test]
+fn the_betree_ranking_follows_measured_io_on_the_simulator() {
+    let (n0, window) = (120_000u64, 60_000u64);
+    for (name, mix, cache) in [
+        ("samsung-860-pro", Mix::Insert, 4u64 << 20),
+        ("samsung-970-pro", Mix::Mixed, 8 << 20),
+        ("wd-black-1tb-2011", Mix::Insert, 8 << 20),
+    ] {
+        let sim = strata::storage::sim::SimPreset::find(name).unwrap().model();
+        let m = sim.affine;
+        let p = DeviceProfile::from_models(
+            name,
+            m,
+            Pdam::new(sim.parallelism, 64 << 10, m.cost(64 << 10)),
+            sim.bandwidth_bytes_per_s.unwrap_or(1e9),
+            sim.sync_s,
+        );
+        let mut w = Workload::new(n0 + window / 2);
+        w.cache_bytes = cache;
+        w.mix = mix;
+        w.checkpoint_wal_bytes = 1 << 40;
+        let r = tune::recommend(&p, &w);
+        let (wi, wp, _) = mix.weights();
+        // (node, predicted IO seconds, measured IO seconds) per geometry. The tuner's objective
+        // also has a CPU term; IO alone is what the device measures.
+        let mut rows = Vec::new();
+        for row in r
+            .betree
+            .table
+            .iter()
+            .filter(|r| r.node_bytes * tune::CACHE_NODES <= cache)
+        {
+            let (ins, pt) = measure_betree(row, &w, n0, window);
+            let predicted = wi * row.insert.seconds + wp * row.point.seconds;
+            let measured = wi * ins.seconds(&m) + wp * pt.seconds(&m);
+            let mut inp = predict::PredictInput::new(row.node_bytes, w.keys, 16, 100, cache);
+            inp.fanout = Some(row.fanout);
+            inp.basement_bytes = row.basement_bytes;
+            inp.inserts_per_checkpoint = f64::INFINITY;
+            let paper = predict::betree_paper(&inp, &m).insert;
+            let what = format!(
+                "{name} {mix:?}: node {} KiB F {} basement {} KiB",
+                row.node_bytes >> 10,
+                row.fanout,
+                row.basement_bytes >> 10
+            );
+            eprintln!(
+                "{what}: per insert predicted {:.4} IOs {:.0} B, measured {:.4} IOs {:.0} B, \
+                 Theorem 9 {:.4} IOs {:.0} B; per query predicted {:.2} IOs, measured {:.2}; \
+                 objective predicted {:.1} µs, measured {:.1} µs",
+                row.insert.ios(),
+                row.insert.bytes(),
+                ins.ios(),
+                ins.bytes(),
+                paper.ios(),
+                paper.bytes(),
+                row.point.reads,
+                pt.reads,
+                predicted * 1e6,
+                measured * 1e6
+            );
+            let within = |p: f64, m: f64| p / m <= 1.6 && m / p <= 1.6;
+            assert!(within(row.insert.ios(), ins.ios()), "{what}: IOs");
+            assert!(within(row.insert.bytes(), ins.bytes()), "{what}: bytes");
+            assert!(
+                (row.insert.bytes() / ins.bytes()).ln().abs()
+                    < (paper.bytes() / ins.bytes()).ln().abs(),
+                "{what}: Theorem 9's bytes are closer"
+            );
+            rows.push((row.node_bytes, predicted, measured));
+        }
+        let best = rows
+            .iter()
+            .min_by(|a, b| a.2.total_cmp(&b.2))
+            .copied()
+            .unwrap();
+        let pick = *rows.iter().find(|x| x.0 == r.betree.node_bytes).unwrap();
+        let steps = (pick.0 as f64 / best.0 as f64).log2().abs();
+        assert!(
+            steps <= 1.0 || pick.2 <= 1.15 * best.2,
+            "{name}: pick {} KiB measures {:.1} µs, best {} KiB {:.1} µs",
+            pick.0 >> 10,
+            pick.2 * 1e6,
+            best.0 >> 10,
+            best.2 * 1e6
+        );
+        for a in &rows {
+            for b in &rows {
+                if a.1 * 1.25 <= b.1 {
+                    assert!(
+                        a.2 < b.2,
+                        "{name}: predicted {} KiB ({:.1} µs) well below {} KiB ({:.1} µs), \
+                         measured {:.1} against {:.1} µs",
+                        a.0 >> 10,
+                        a.1 * 1e6,
+                        b.0 >> 10,
+                        b.1 * 1e6,
+                        a.2 * 1e6,
+                        b.2 * 1e6
+                    );
+                }
+            }
+        }
+    }
 }

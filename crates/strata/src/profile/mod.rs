@@ -1,6 +1,7 @@
 //! The device profile: what `strata profile` measures (seed 000 section 4) and what the tuner
 //! reads. `bench` runs the microbenchmarks on a `target` (a real scratch file with O_DIRECT, or a
-//! SimDevice), `plot` draws them, and this file holds the result and its JSON form.
+//! SimDevice), `plot` draws them, `errors` prices every measured point with each model (the DAM
+//! included), and this file holds the result and its JSON form.
 //!
 //! A profile is saved as JSON at `--out` and at a default location (`saved_path`): $STRATA_PROFILE
 //! if set, else $XDG_CONFIG_HOME/strata/profile.json, else ~/.config/strata/profile.json.
@@ -11,6 +12,7 @@
 //! for people reading the JSON but are always recomputed from s and t when used.
 
 pub mod bench;
+pub mod errors;
 pub mod plot;
 pub mod target;
 
@@ -24,6 +26,7 @@ use crate::model::{Affine, Pdam};
 use crate::storage::sim::{SimModel, SimPreset, PDAM_BLOCK};
 
 pub use bench::{profile, ProfileConfig, Progress, Silent};
+pub use errors::ModelErrors;
 pub use target::{FileTarget, SimTarget, Target};
 
 /// Format version of the profile JSON this build writes and the newest it reads.

@@ -1,7 +1,9 @@
 //! The profile as a picture: an SVG written by hand (no plotting dependency) with two panels,
 //! latency against IO size with the fitted affine line (log-log; sizes left out of the fit drawn
 //! hollow and red), and completion time against threads with the two fitted segments, the PDAM
-//! curve with the fitted P and a line at P (log-log, like seed 000's Figure 1).
+//! curve with the fitted P and a line at P (log-log, like seed 000's Figure 1). Both panels also
+//! draw the DAM (`errors::ModelErrors`: blocks of 1/α at 2s each, no parallelism), dotted
+//! orange, so the gap the refined models close is visible.
 //!
 //! Invariants: the output is a complete, standalone SVG document; empty point lists (a profile
 //! made from models) still give valid axes.
@@ -9,6 +11,10 @@
 use std::fmt::Write;
 
 use super::DeviceProfile;
+use crate::model::{CostModel, Dam};
+
+/// The DAM's line in both panels.
+const DAM_STYLE: &str = r##"stroke="#ff7f0e" stroke-width="1.2" stroke-dasharray="2 3""##;
 
 const W: f64 = 520.0;
 const H: f64 = 380.0;
@@ -158,15 +164,18 @@ pub fn svg(p: &DeviceProfile) -> String {
     // Panel 1: affine.
     let a = &p.affine;
     let model = p.affine_model();
+    let dam = Dam::from_affine(&model);
     let xr = range(
         a.points.iter().map(|q| q.bytes as f64),
         (4096.0, (16 << 20) as f64),
     );
     let yr = range(
-        a.points
-            .iter()
-            .map(|q| q.mean_s)
-            .chain([model.cost(xr.0 as u64), model.cost(xr.1 as u64)]),
+        a.points.iter().map(|q| q.mean_s).chain([
+            model.cost(xr.0 as u64),
+            model.cost(xr.1 as u64),
+            dam.io_s(xr.0 as u64),
+            dam.io_s(xr.1 as u64),
+        ]),
         (1e-5, 1.0),
     );
     let pa = Panel {
@@ -201,6 +210,14 @@ pub fn svg(p: &DeviceProfile) -> String {
         })
         .collect();
     polyline(&mut out, &line, r##"stroke="#1f77b4" stroke-width="1.5""##);
+    // The DAM's staircase: enough samples that each step of 1/α shows.
+    let steps: Vec<(f64, f64)> = (0..=400)
+        .map(|i| {
+            let x = pa.x.0 * (pa.x.1 / pa.x.0).powf(i as f64 / 400.0);
+            (pa.px(x), pa.py(dam.io_s(x as u64)))
+        })
+        .collect();
+    polyline(&mut out, &steps, DAM_STYLE);
     for q in &a.points {
         let (cx, cy) = (pa.px(q.bytes as f64), pa.py(q.mean_s));
         let style = if q.fitted {
@@ -220,12 +237,18 @@ pub fn svg(p: &DeviceProfile) -> String {
         a.half_bandwidth_bytes / 1024.0,
         a.r2
     );
+    let _ = writeln!(
+        out,
+        r##"<text x="{}" y="{}" font-size="11" fill="#ff7f0e">dotted: DAM, blocks of 1/α at 2s</text>"##,
+        PAD_L + 8.0,
+        PAD_T + 30.0
+    );
     if !a.excluded_sizes.is_empty() {
         let _ = writeln!(
             out,
             r##"<text x="{}" y="{}" font-size="11" fill="#d62728">hollow: off the line, not fitted</text>"##,
             PAD_L + 8.0,
-            PAD_T + 30.0
+            PAD_T + 44.0
         );
     }
 
@@ -233,11 +256,16 @@ pub fn svg(p: &DeviceProfile) -> String {
     let d = &p.pdam;
     let xr = range(d.points.iter().map(|q| q.threads as f64), (1.0, 64.0));
     let xr = (xr.0.max(0.7), xr.1);
+    let blocks = d.per_thread_bytes / d.block_bytes.max(1);
+    // The DAM serves the p threads' reads one after another.
+    let dam_threads = |t: f64| t * blocks as f64 * dam.io_s(d.block_bytes);
     let yr = range(
-        d.points
-            .iter()
-            .map(|q| q.completion_s)
-            .chain([d.fit.predict(xr.0), d.fit.predict(xr.1)]),
+        d.points.iter().map(|q| q.completion_s).chain([
+            d.fit.predict(xr.0),
+            d.fit.predict(xr.1),
+            dam_threads(xr.0),
+            dam_threads(xr.1),
+        ]),
         (1.0, 1000.0),
     );
     let pp = Panel {
@@ -275,7 +303,6 @@ pub fn svg(p: &DeviceProfile) -> String {
     polyline(&mut out, &seg, r##"stroke="#2ca02c" stroke-width="1.5""##);
     // The PDAM model itself, L·max(1, p/P): the segments when the data is ideal.
     let pdam = p.pdam_model();
-    let blocks = d.per_thread_bytes / d.block_bytes;
     let model: Vec<(f64, f64)> = (0..=200)
         .map(|i| {
             let x = pp.x.0 * (pp.x.1 / pp.x.0).powf(i as f64 / 200.0);
@@ -288,6 +315,11 @@ pub fn svg(p: &DeviceProfile) -> String {
         &model,
         r##"stroke="#888" stroke-width="1" stroke-dasharray="5 3""##,
     );
+    let dam_line: Vec<(f64, f64)> = [pp.x.0, pp.x.1]
+        .iter()
+        .map(|&x| (pp.px(x), pp.py(dam_threads(x))))
+        .collect();
+    polyline(&mut out, &dam_line, DAM_STYLE);
     let bx = pp.px(d.parallelism.clamp(pp.x.0, pp.x.1));
     let _ = writeln!(
         out,
@@ -313,7 +345,7 @@ pub fn svg(p: &DeviceProfile) -> String {
     );
     let _ = writeln!(
         out,
-        r##"<text x="{}" y="{}" font-size="11" fill="#666">green: segmented fit; grey dashed: PDAM with P</text>"##,
+        r##"<text x="{}" y="{}" font-size="11" fill="#666">green: segmented fit; grey dashed: PDAM with P; dotted orange: DAM</text>"##,
         W + PAD_L + 8.0,
         PAD_T + 30.0
     );

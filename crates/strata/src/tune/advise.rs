@@ -149,7 +149,7 @@ fn price_betree(model: &Affine, w: &AdviseWorkload, g: Geometry) -> EngineChoice
     let mut inp = w.trees().input(g.node_size as u64, w.cache_bytes);
     inp.fanout = Some(g.fanout as u64);
     inp.basement_bytes = g.basement as u64;
-    let p = predict::betree(&inp, model);
+    let p = predict::betree_engine(&inp, model);
     let load = predict::betree_load(&inp, model);
     let logical = (w.key_bytes + w.value_bytes) as f64;
     let cost = w.cost(seconds(&p.point), seconds(&p.insert), seconds(&p.range));

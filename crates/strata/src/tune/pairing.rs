@@ -44,12 +44,35 @@ fn the_betree_message_size_and_run_budget() {
         );
     }
     assert_eq!(predict::RUN_BUDGET, betree::RUN_BUDGET);
+    assert_eq!(predict::WHOLE_READ_MAX, betree::node::WHOLE_READ_MAX as f64);
     assert_eq!(predict::MAX_RUNS, betree::MAX_RUNS as u64);
     let w = super::Workload::new(1000).input(1 << 20, 1 << 20);
     assert_eq!(
         (w.run_budget, w.max_runs),
         (betree::RUN_BUDGET, betree::MAX_RUNS as u64)
     );
+}
+
+#[test]
+fn the_betree_cache_charges() {
+    use crate::engines::betree::basement::Basement;
+    use crate::engines::betree::node::{BASEMENT_OVERHEAD, MESSAGE_OVERHEAD};
+    // A leaf's entry costs its encoding plus what the flat basement keeps beside it.
+    let (n, k, v) = (100usize, 16usize, 100usize);
+    let val = Val::Inline(vec![1; v]);
+    let entry = crate::engines::betree::basement::entry_len(&[0; 16], &val);
+    let mut b = Basement::with_capacity(n, n * entry);
+    for i in 0..n {
+        let mut key = vec![0u8; k];
+        key[..8].copy_from_slice(&(i as u64).to_be_bytes());
+        b.push(&key, &val);
+    }
+    assert_eq!(
+        b.heap_bytes() as f64,
+        n as f64 * (predict::BT_LEAF_ENTRY + (k + v) as f64 + predict::BE_LEAF_ENTRY_HEAP)
+    );
+    assert_eq!(predict::BE_BASEMENT_CACHE, BASEMENT_OVERHEAD as f64);
+    assert_eq!(predict::CACHE_ENTRY, MESSAGE_OVERHEAD as f64);
 }
 
 #[test]

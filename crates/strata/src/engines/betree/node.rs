@@ -46,11 +46,11 @@ pub const WHOLE_READ_MAX: u64 = 64 << 10;
 
 /// Heap bytes a buffered message costs beyond its encoding, for the cache charge (a message
 /// holds its key and value in heap objects of their own; a basement's charge is exact).
-const MESSAGE_OVERHEAD: usize = 96;
+pub(crate) const MESSAGE_OVERHEAD: usize = 96;
 
 /// A resident basement's bytes beyond its three vectors' capacity: its `Part` and the
 /// allocator's header on each vector.
-const BASEMENT_OVERHEAD: usize = 160;
+pub(crate) const BASEMENT_OVERHEAD: usize = 160;
 
 /// Encoded bytes of a partition's directory entry in a leaf's or a run's head (offset, length,
 /// xxh3, count), of a child's in an internal node's head (its id too), and the least a run's
