@@ -423,7 +423,7 @@ mod tests {
             Some((4, 0.75)),
             "load and mixed stalls, summed"
         );
-        assert!(latency_markdown(&[r.clone()]).contains("| 4, 0.75 s in all |"));
+        assert!(latency_markdown(std::slice::from_ref(&r)).contains("| 4, 0.75 s in all |"));
         let lat = latency_markdown(std::slice::from_ref(&r));
         assert!(
             lat.contains("| e | 0.80 / 8.00 | - | 1,234 / 56.8 | - |"),
