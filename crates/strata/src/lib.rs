@@ -40,6 +40,8 @@ pub mod tune;
 mod wal;
 
 pub use db::{Db, RangeIter};
+pub use engine::versioned::{DiffEntry, VersionedEngine, VersionedMap};
+pub use engine::versions::{Version, VersionInfo, VersionTree, ROOT as ROOT_VERSION};
 pub use engine::{CheckReport, Engine, EngineStats};
 pub use engines::betree::{BeTree, Geometry, Origin};
 pub use engines::btree::BTree;
