@@ -30,6 +30,7 @@ mod engine;
 mod engines;
 mod error;
 mod kv;
+mod layout;
 mod metrics;
 pub mod model;
 mod options;

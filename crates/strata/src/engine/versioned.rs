@@ -10,7 +10,7 @@
 //! `scan_at` lists what `get_at` would give for each key of a range; bad versions are refused
 //! with `Error::BadVersion` before anything changes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -193,6 +193,23 @@ impl VersionedMap {
             self.range_at(v, lo, hi)?,
             self.range_at(w, lo, hi)?,
         ))
+    }
+
+    /// The (key, version) pairs some live version reads (its nearest write of the key, a
+    /// delete included): what a fully merged engine stores, and no more.
+    pub fn needed(&self) -> BTreeSet<(Vec<u8>, Version)> {
+        let mut out = BTreeSet::new();
+        for w in self.tree.live() {
+            let mut seen = BTreeSet::new();
+            for x in self.tree.ancestry(w) {
+                for k in self.writes.get(&x).into_iter().flat_map(|m| m.keys()) {
+                    if seen.insert(k.clone()) {
+                        out.insert((k.clone(), x));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Writes kept (a version's writes are dropped when the tree removes it): what a fully
