@@ -31,7 +31,7 @@ pub const KIND_MANIFEST: u8 = kind::ENGINE_FIRST + 8;
 
 /// The least an entry takes encoded, for `Reader::capacity`.
 const MIN_ENTRY: usize = 19;
-const MIN_BLOCK_ENTRY: usize = 22;
+const MIN_BLOCK_ENTRY: usize = crate::layout::PART_ENTRY + 6;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {

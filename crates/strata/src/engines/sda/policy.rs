@@ -134,6 +134,9 @@ pub fn piece_is_dense(piece: &Piece, live: &BTreeMap<Version, usize>) -> bool {
     dense(min, piece.entries.len())
 }
 
+/// A piece being grown: its versions and the union of their live entries.
+type Partial = (Vec<Version>, BTreeSet<usize>);
+
 /// Split W (the versions of `live`, from `live_sets`) into dense pieces (seed 003's density
 /// amplification, the greedy of the reference digest): visit W's versions children first; a
 /// version's piece is itself with its children's uncut pieces; while that is not dense, cut
@@ -150,7 +153,7 @@ pub fn split(live: &[(Version, Vec<usize>)], tree: &VersionTree) -> Vec<Piece> {
             .skip(1)
             .find(|a| w_set.contains(a))
     };
-    let mut waiting: BTreeMap<Version, Vec<(Vec<Version>, BTreeSet<usize>)>> = BTreeMap::new();
+    let mut waiting: BTreeMap<Version, Vec<Partial>> = BTreeMap::new();
     let mut out = Vec::new();
     // A child's number is above its parent's: descending order visits children first.
     for (v, own) in live.iter().rev() {

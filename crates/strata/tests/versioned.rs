@@ -1,0 +1,367 @@
+//! The versioned dictionary against its reference: random clones, puts, deletes, point and
+//! range reads (both directions), diffs and version deletes on a `VersionedDb` (the SDA with a
+//! tiny buffer and tiny levels, so flushes, merges and density splits happen all the time),
+//! compared after every step with `VersionedMap` (a map per version), with checkpoints, clean
+//! reopens and power losses (a simulated disk that loses every unsynced write) mixed in.
+//!
+//! Asserted: every read equals the reference's; a change the reference refuses is refused
+//! with the same error kind and changes nothing; with `Durability::Sync` a power loss loses
+//! no acknowledged change; after every reopen `check` passes (checksums, density,
+//! stratification, no leaked block) and every live version's contents match.
+//! Then the bad-input cases one by one. `long_*` runs are `#[ignore]`d (see their comments).
+
+use std::ops::Bound::{self, Excluded, Included, Unbounded};
+
+use proptest::prelude::*;
+use strata::storage::SimEnv;
+use strata::{
+    Db, Durability, Error, Options, SdaConfig, Version, VersionedDb, VersionedMap,
+    VersionedOptions, ROOT_VERSION,
+};
+
+fn opts(durability: Durability) -> VersionedOptions {
+    VersionedOptions {
+        // Smaller still than `tiny`: a flush every few writes, merges and splits all the time.
+        sda: SdaConfig {
+            buffer_bytes: 200,
+            level0_entries: 2,
+            block_bytes: 128,
+            ..SdaConfig::tiny()
+        },
+        durability,
+        checkpoint_wal_bytes: 8 << 10,
+        ..VersionedOptions::default()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    /// Versions are picked by index among the live ones (or the deleted ones, `Bad*`) when the
+    /// step runs.
+    Put(usize, u8, u16),
+    Delete(usize, u8),
+    Clone(usize),
+    DeleteVersion(usize),
+    Get(usize, u8),
+    Range(usize, u8, u8, bool),
+    Diff(usize, usize),
+    /// A write to a deleted version, or one never made.
+    BadPut(usize, u8),
+    Checkpoint,
+    Reopen,
+    PowerLoss,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let v = 0..64usize;
+    prop_oneof![
+        30 => (v.clone(), 0..24u8, any::<u16>()).prop_map(|(v, k, x)| Step::Put(v, k, x)),
+        8 => (v.clone(), 0..24u8).prop_map(|(v, k)| Step::Delete(v, k)),
+        6 => v.clone().prop_map(Step::Clone),
+        3 => v.clone().prop_map(Step::DeleteVersion),
+        10 => (v.clone(), 0..24u8).prop_map(|(v, k)| Step::Get(v, k)),
+        6 => (v.clone(), 0..24u8, 0..24u8, any::<bool>())
+            .prop_map(|(v, a, b, r)| Step::Range(v, a, b, r)),
+        2 => (v.clone(), v.clone()).prop_map(|(a, b)| Step::Diff(a, b)),
+        2 => (v.clone(), 0..24u8).prop_map(|(v, k)| Step::BadPut(v, k)),
+        1 => Just(Step::Checkpoint),
+        1 => Just(Step::Reopen),
+        1 => Just(Step::PowerLoss),
+    ]
+}
+
+fn key(k: u8) -> Vec<u8> {
+    format!("key{k:02}").into_bytes()
+}
+
+/// A value of a few to a few hundred bytes, so buffers fill at different rates.
+fn value(x: u16) -> Vec<u8> {
+    let len = 1 + (x as usize % 7) * (x as usize % 40);
+    let mut v = format!("{x}:").into_bytes();
+    v.resize(len.max(v.len()), b'.');
+    v
+}
+
+fn same_outcome<T: PartialEq + std::fmt::Debug>(
+    got: strata::Result<T>,
+    want: strata::Result<T>,
+    what: &str,
+) -> Result<(), TestCaseError> {
+    match (got, want) {
+        (Ok(g), Ok(w)) => prop_assert_eq!(g, w, "{}", what),
+        (Err(Error::BadVersion { .. }), Err(Error::BadVersion { .. })) => {}
+        (g, w) => prop_assert!(false, "{}: got {:?}, the reference {:?}", what, g, w),
+    }
+    Ok(())
+}
+
+fn bounds(a: u8, b: u8) -> (Vec<u8>, Vec<u8>) {
+    (key(a.min(b)), key(a.max(b)))
+}
+
+/// Every live version's whole contents, and `check`.
+fn all_match(db: &VersionedDb, m: &VersionedMap) -> Result<(), TestCaseError> {
+    db.check().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let live: Vec<Version> = m.versions().live().collect();
+    let got: Vec<Version> = db
+        .versions()
+        .unwrap()
+        .iter()
+        .filter(|i| !i.deleted)
+        .map(|i| i.version)
+        .collect();
+    prop_assert_eq!(&got, &live);
+    for v in live {
+        let got: Vec<_> = db.range_at::<&[u8], _>(v, ..).unwrap().collect();
+        prop_assert_eq!(
+            got,
+            m.range_at(v, Unbounded, Unbounded).unwrap(),
+            "version {}",
+            v
+        );
+    }
+    Ok(())
+}
+
+fn run(steps: Vec<Step>, durability: Durability) -> Result<(), TestCaseError> {
+    let env = SimEnv::new();
+    let mut db = VersionedDb::open_in(&env, opts(durability)).unwrap();
+    let mut m = VersionedMap::new();
+    let mut gone: Vec<Version> = Vec::new();
+    for (i, s) in steps.into_iter().enumerate() {
+        let live: Vec<Version> = m.versions().live().collect();
+        let pick = |x: usize| live[x % live.len()];
+        match s {
+            Step::Put(v, k, x) => {
+                let v = pick(v);
+                let (k, val) = (key(k), value(x));
+                same_outcome(db.put_at(v, &k, &val), m.put_at(v, &k, &val), "put")?;
+            }
+            Step::Delete(v, k) => {
+                let v = pick(v);
+                same_outcome(db.delete_at(v, key(k)), m.delete_at(v, &key(k)), "delete")?;
+            }
+            Step::Clone(v) => {
+                let v = pick(v);
+                same_outcome(db.clone_version(v), m.clone_version(v), "clone")?;
+            }
+            Step::DeleteVersion(v) => {
+                // Keep one live version, so that the run goes on.
+                if live.len() > 1 {
+                    let v = pick(v);
+                    same_outcome(db.delete_version(v), m.delete_version(v), "delete version")?;
+                    gone.push(v);
+                }
+            }
+            Step::Get(v, k) => {
+                let v = pick(v);
+                same_outcome(db.get_at(v, key(k)), m.get_at(v, &key(k)), "get")?;
+            }
+            Step::Range(v, a, b, rev) => {
+                let v = pick(v);
+                let (lo, hi) = bounds(a, b);
+                let want = m.range_at(v, Included(&lo[..]), Excluded(&hi[..])).unwrap();
+                let it = db.range_at(v, lo.clone()..hi.clone()).unwrap();
+                if rev {
+                    let got: Vec<_> = it.rev().collect();
+                    let mut want = want;
+                    want.reverse();
+                    prop_assert_eq!(got, want, "range rev at step {}", i);
+                } else {
+                    prop_assert_eq!(it.collect::<Vec<_>>(), want, "range at step {}", i);
+                }
+            }
+            Step::Diff(a, b) => {
+                let (a, b) = (pick(a), pick(b));
+                same_outcome(
+                    db.diff(a, b),
+                    m.diff(a, b, Bound::Unbounded, Bound::Unbounded),
+                    "diff",
+                )?;
+            }
+            Step::BadPut(v, k) => {
+                let v = if gone.is_empty() {
+                    1_000_000 + v as u64
+                } else {
+                    gone[v % gone.len()]
+                };
+                let got = db.put_at(v, key(k), b"x");
+                prop_assert!(
+                    matches!(got, Err(Error::BadVersion { version, .. }) if version == v),
+                    "{:?}",
+                    got
+                );
+                prop_assert!(m.put_at(v, &key(k), b"x").is_err());
+            }
+            Step::Checkpoint => db.checkpoint().unwrap(),
+            Step::Reopen => {
+                db.close().unwrap();
+                db = VersionedDb::open_in(&env, opts(durability)).unwrap();
+                all_match(&db, &m)?;
+            }
+            Step::PowerLoss => {
+                if durability == Durability::Sync {
+                    drop(db);
+                    env.crash();
+                    db = VersionedDb::open_in(&env, opts(durability)).unwrap();
+                    all_match(&db, &m)?;
+                }
+            }
+        }
+    }
+    all_match(&db, &m)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn prop_sim_sync(steps in proptest::collection::vec(step(), 1..300)) {
+        run(steps, Durability::Sync)?;
+    }
+
+    #[test]
+    fn prop_sim_none_with_clean_reopens(steps in proptest::collection::vec(step(), 1..300)) {
+        run(steps, Durability::None)?;
+    }
+}
+
+/// Longer sequences, more of them: minutes in a debug build.
+#[test]
+#[ignore]
+fn long_sim_sync() {
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 256,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&proptest::collection::vec(step(), 200..1500), |s| {
+            run(s, Durability::Sync)
+        })
+        .unwrap();
+}
+
+#[test]
+fn bad_versions_are_refused_and_change_nothing() {
+    let env = SimEnv::new();
+    let db = VersionedDb::open_in(&env, opts(Durability::Sync)).unwrap();
+    db.put_at(ROOT_VERSION, "a", "1").unwrap();
+    let child = db.clone_version(ROOT_VERSION).unwrap();
+    let io_before = db.data_io();
+    let is_bad = |r: strata::Result<()>, v: Version, why: &str| match r {
+        Err(Error::BadVersion { version, why: w }) => {
+            assert_eq!(version, v);
+            assert!(w.contains(why), "{w}");
+        }
+        other => panic!("{other:?}"),
+    };
+    // The root was cloned: internal, read-only.
+    is_bad(db.put_at(ROOT_VERSION, "a", "2"), ROOT_VERSION, "internal");
+    is_bad(db.delete_at(ROOT_VERSION, "a"), ROOT_VERSION, "internal");
+    // Never made.
+    is_bad(db.put_at(77, "a", "2"), 77, "no such version");
+    is_bad(db.get_at(77, "a").map(|_| ()), 77, "no such version");
+    is_bad(db.clone_version(77).map(|_| ()), 77, "no such version");
+    is_bad(db.delete_version(77), 77, "no such version");
+    is_bad(
+        db.range_at::<&str, _>(77, ..).map(|_| ()),
+        77,
+        "no such version",
+    );
+    is_bad(db.diff(ROOT_VERSION, 77).map(|_| ()), 77, "no such version");
+    // Deleted.
+    db.delete_version(child).unwrap();
+    is_bad(db.put_at(child, "a", "2"), child, "deleted");
+    is_bad(db.get_at(child, "a").map(|_| ()), child, "deleted");
+    is_bad(db.delete_version(child), child, "deleted");
+    // Too large a key.
+    let other = db.clone_version(ROOT_VERSION).unwrap();
+    assert!(matches!(
+        db.put_at(other, vec![0u8; 5000], "v"),
+        Err(Error::KeyTooLarge { .. })
+    ));
+    assert_eq!(db.data_io().writes, io_before.writes, "nothing written");
+    assert_eq!(db.get_at(ROOT_VERSION, "a").unwrap(), Some(b"1".to_vec()));
+    // Nothing refused reached the log either: a reopen replays the same state.
+    drop(db);
+    env.crash();
+    let db = VersionedDb::open_in(&env, opts(Durability::Sync)).unwrap();
+    let versions: Vec<(Version, bool)> = db
+        .versions()
+        .unwrap()
+        .iter()
+        .map(|i| (i.version, i.leaf))
+        .collect();
+    assert_eq!(versions, vec![(ROOT_VERSION, false), (other, true)]);
+    assert_eq!(db.get_at(other, "a").unwrap(), Some(b"1".to_vec()));
+    db.check().unwrap();
+}
+
+#[test]
+fn clones_isolate_writes_and_ranges_run_both_ways() {
+    let env = SimEnv::new();
+    let db = VersionedDb::open_in(&env, opts(Durability::None)).unwrap();
+    for k in 0..100u32 {
+        db.put_at(ROOT_VERSION, format!("{k:03}"), format!("r{k}"))
+            .unwrap();
+    }
+    let a = db.clone_version(ROOT_VERSION).unwrap();
+    let b = db.clone_version(ROOT_VERSION).unwrap();
+    for k in (0..100u32).step_by(3) {
+        db.put_at(a, format!("{k:03}"), format!("a{k}")).unwrap();
+    }
+    for k in (0..100u32).step_by(5) {
+        db.delete_at(b, format!("{k:03}")).unwrap();
+    }
+    let snap = db.clone_version(a).unwrap();
+    assert_eq!(
+        db.get_at(ROOT_VERSION, "003").unwrap(),
+        Some(b"r3".to_vec())
+    );
+    assert_eq!(db.get_at(a, "003").unwrap(), Some(b"a3".to_vec()));
+    assert_eq!(db.get_at(snap, "003").unwrap(), Some(b"a3".to_vec()));
+    assert_eq!(db.get_at(b, "005").unwrap(), None);
+    assert_eq!(db.get_at(b, "003").unwrap(), Some(b"r3".to_vec()));
+    let fwd: Vec<_> = db.range_at(b, "010".."020").unwrap().map(|e| e.0).collect();
+    let mut back: Vec<_> = db
+        .range_at(b, "010".."020")
+        .unwrap()
+        .rev()
+        .map(|e| e.0)
+        .collect();
+    back.reverse();
+    assert_eq!(fwd, back);
+    assert_eq!(fwd.len(), 8, "10 keys less 010 and 015");
+    let d = db.diff(a, b).unwrap();
+    // Keys rewritten at a (34) or deleted at b (20), less the 7 multiples of 15 that are both.
+    assert_eq!(d.len(), 34 + 20 - 7);
+    assert!(d.windows(2).all(|w| w[0].0 < w[1].0));
+    let st = db.stats().unwrap();
+    assert!(
+        st.detail("merges") > 0 && st.detail("flushes") > 0,
+        "{st:?}"
+    );
+    db.check().unwrap();
+}
+
+#[test]
+fn a_db_directory_is_not_a_versioned_one_and_back() {
+    let env = SimEnv::new();
+    Db::open_in(&env, Options::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    assert!(matches!(
+        VersionedDb::open_in(&env, opts(Durability::Sync)),
+        Err(Error::NotADatabase { .. })
+    ));
+    let env = SimEnv::new();
+    VersionedDb::open_in(&env, opts(Durability::Sync))
+        .unwrap()
+        .close()
+        .unwrap();
+    let err = Db::open_in(&env, Options::default())
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("engine tag"), "{err}");
+}
