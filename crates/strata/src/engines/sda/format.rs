@@ -209,4 +209,33 @@ mod tests {
         gone.delete(a).unwrap();
         assert!(decode_manifest(&encode_manifest(&c, &gone, &levels)).is_err());
     }
+
+    proptest::proptest! {
+        /// Damaged metadata is an error, never a panic or a huge allocation: arbitrary bytes,
+        /// and valid encodings with one byte changed or cut short.
+        #[test]
+        fn decoders_refuse_garbage(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            at in 0usize..1000,
+            to in proptest::prelude::any::<u8>(),
+        ) {
+            let _ = decode_manifest(&bytes);
+            let _ = super::super::array::Head::decode(&bytes);
+            let _ = VersionTree::decode(&mut Reader::new(&bytes));
+            let _ = decode_meta(&bytes, "f");
+            let mut tree = VersionTree::new();
+            let a = tree.clone_version(0).unwrap();
+            let levels = vec![vec![ArrayInfo { id: 3, entries: 4, bytes: 4096, versions: vec![0, a] }]];
+            let good = encode_manifest(&Counters::default(), &tree, &levels);
+            let mut bad = good.clone();
+            let i = at % bad.len();
+            bad[i] = to;
+            let _ = decode_manifest(&bad);
+            let _ = decode_manifest(&good[..i]);
+            let entries = [super::super::array::Entry { key: b"k".to_vec(), version: a, seq: 1, value: Some(b"v".to_vec()) }];
+            let (head, _) = super::super::array::build(&entries, 64, 10.0, 9);
+            let _ = head.decode_block(0, &bytes);
+            let _ = head.decode_block(0, &bad);
+        }
+    }
 }
