@@ -372,3 +372,140 @@ fn a_db_directory_is_not_a_versioned_one_and_back() {
         .expect("refused");
     assert!(err.to_string().contains("engine tag"), "{err}");
 }
+
+/// Everything a database shows: each live version and its whole contents.
+type Dump = Vec<(Version, Vec<(Vec<u8>, Vec<u8>)>)>;
+
+fn dump(db: &VersionedDb) -> Dump {
+    db.versions()
+        .unwrap()
+        .iter()
+        .filter(|i| !i.deleted)
+        .map(|i| {
+            (
+                i.version,
+                db.range_at::<&[u8], _>(i.version, ..).unwrap().collect(),
+            )
+        })
+        .collect()
+}
+
+fn dump_model(m: &VersionedMap) -> Dump {
+    m.versions()
+        .live()
+        .map(|v| (v, m.range_at(v, Unbounded, Unbounded).unwrap()))
+        .collect()
+}
+
+/// One change, picked by a deterministic generator among those the model accepts.
+fn random_change(rng: &mut u64, m: &VersionedMap) -> Step {
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+    let r = *rng;
+    let leaves: Vec<Version> = m
+        .versions()
+        .versions()
+        .iter()
+        .filter(|i| i.leaf)
+        .map(|i| i.version)
+        .collect();
+    if leaves.is_empty() {
+        // Every leaf deleted: a clone of an internal version makes one.
+        let live: Vec<Version> = m.versions().live().collect();
+        return Step::Clone(live[(r >> 8) as usize % live.len()] as usize);
+    }
+    let leaf = leaves[(r >> 8) as usize % leaves.len()];
+    match r % 100 {
+        0..=69 => Step::Put(leaf as usize, (r >> 20) as u8 % 24, (r >> 32) as u16),
+        70..=84 => Step::Delete(leaf as usize, (r >> 20) as u8 % 24),
+        85..=95 => Step::Clone(leaf as usize),
+        _ if m.versions().live().count() > 2 => Step::DeleteVersion(leaf as usize),
+        _ => Step::Clone(leaf as usize),
+    }
+}
+
+/// Apply `s` (whose numbers are versions, not indices) to the database, or to the model.
+fn apply_db(db: &VersionedDb, s: &Step) -> strata::Result<()> {
+    match *s {
+        Step::Put(v, k, x) => db.put_at(v as u64, key(k), value(x)),
+        Step::Delete(v, k) => db.delete_at(v as u64, key(k)),
+        Step::Clone(v) => db.clone_version(v as u64).map(|_| ()),
+        Step::DeleteVersion(v) => db.delete_version(v as u64),
+        _ => unreachable!("changes only"),
+    }
+}
+
+fn apply_model(m: &mut VersionedMap, s: &Step) {
+    match *s {
+        Step::Put(v, k, x) => m.put_at(v as u64, &key(k), &value(x)).unwrap(),
+        Step::Delete(v, k) => m.delete_at(v as u64, &key(k)).unwrap(),
+        Step::Clone(v) => {
+            m.clone_version(v as u64).unwrap();
+        }
+        Step::DeleteVersion(v) => m.delete_version(v as u64).unwrap(),
+        _ => unreachable!("changes only"),
+    }
+}
+
+/// A process crash at IO number n of a run (every IO from it on fails), every other time with
+/// a power loss: the change that met it fails, the database refuses changes after it, and a
+/// reopen shows every acknowledged change and the failed one wholly or not at all. n walks over
+/// flushes, merges, checkpoints and log appends alike.
+#[test]
+fn a_crash_at_any_io_keeps_every_acknowledged_change() {
+    let mut failures = 0;
+    for n in (1..400).step_by(9) {
+        let env = SimEnv::new();
+        let db = VersionedDb::open_in(&env, opts(Durability::Sync)).unwrap();
+        let mut m = VersionedMap::new();
+        let mut rng = 0x2545_f491_4f6c_dd1d ^ n;
+        for _ in 0..40 {
+            let s = random_change(&mut rng, &m);
+            apply_db(&db, &s).unwrap();
+            apply_model(&mut m, &s);
+        }
+        env.disk().kill_at_io(n);
+        let mut failed = None;
+        for _ in 0..200 {
+            let s = random_change(&mut rng, &m);
+            match apply_db(&db, &s) {
+                Ok(()) => apply_model(&mut m, &s),
+                Err(e) => {
+                    assert!(
+                        matches!(e, Error::Io { .. } | Error::Poisoned { .. }),
+                        "{e:?}"
+                    );
+                    failed = Some(s);
+                    break;
+                }
+            }
+        }
+        let Some(failed) = failed else { continue };
+        failures += 1;
+        assert!(
+            apply_db(&db, &Step::Clone(0)).is_err(),
+            "refused after a failure"
+        );
+        drop(db);
+        if n % 2 == 0 {
+            // A power loss too: the unsynced writes go as well.
+            env.crash();
+        } else {
+            env.disk().clear_faults();
+        }
+        let db = VersionedDb::open_in(&env, opts(Durability::Sync)).unwrap();
+        db.check().unwrap();
+        let got = dump(&db);
+        let without = dump_model(&m);
+        if got != without {
+            apply_model(&mut m, &failed);
+            assert_eq!(
+                got,
+                dump_model(&m),
+                "IO {n}: neither without nor with {failed:?}"
+            );
+        }
+    }
+    assert!(failures > 30, "only {failures} runs met their IO");
+}
