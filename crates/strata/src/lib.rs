@@ -13,7 +13,7 @@
 //!  8 tune                          pairs models with engines
 //!  7 profile                       measures devices, fits models
 //!  6 engines/{btree, betree, lsm,  never import each other
-//!            sda}
+//!            sda, cow}
 //!  5 engine                        the Engine and VersionedEngine traits, the version
 //!                                  tree, stats, check, salvage walk
 //!  4 layout                        the node-encoding toolkit: part directories
@@ -49,6 +49,7 @@ pub use engine::versions::{Version, VersionInfo, VersionTree, ROOT as ROOT_VERSI
 pub use engine::{CheckReport, Engine, EngineStats};
 pub use engines::betree::{BeTree, Geometry, Origin};
 pub use engines::btree::BTree;
+pub use engines::cow::{Config as CowConfig, CowTree};
 pub use engines::lsm::{Config as LsmConfig, Lsm, Policy as LsmPolicy};
 pub use engines::sda::{Config as SdaConfig, Sda};
 pub use error::{Error, Result};
@@ -58,4 +59,4 @@ pub use options::{Durability, EngineOptions, Options, DEFAULT_BETREE};
 pub use profile::DeviceProfile;
 pub use storage::{CacheStats, IoSnapshot};
 pub use tune::{recommend, Recommendation, Workload};
-pub use versioned_db::{VersionedDb, VersionedOptions, VersionedRange};
+pub use versioned_db::{VersionedDb, VersionedEngineOptions, VersionedOptions, VersionedRange};

@@ -1,6 +1,6 @@
 //! `VersionedDb`: the versioned dictionary's facade (seed 003), beside `Db` on floor 10. It
-//! owns the write-ahead log and one `VersionedEngine` (today the SDA) on the same substrate,
-//! files and crash protocol as `Db`:
+//! owns the write-ahead log and one `VersionedEngine` (the SDA, or the copy-on-write B-tree
+//! baseline) on the same substrate, files and crash protocol as `Db`:
 //!
 //! - every change (a put or delete at a version, a clone, a version delete) is validated first
 //!   against the version tree and the key and value limits (bad input changes nothing and
@@ -27,6 +27,7 @@ use crate::codec::{Reader, Writer};
 use crate::engine::versioned::{DiffEntry, VersionedEngine};
 use crate::engine::versions::{Version, VersionInfo};
 use crate::engine::{CheckReport, EngineStats};
+use crate::engines::cow::{self, CowTree};
 use crate::engines::sda::{self, Sda};
 use crate::error::{Error, Result};
 use crate::kv::{MAX_KEY_LEN, MAX_VALUE_LEN};
@@ -41,10 +42,25 @@ const DATA_FILE: &str = "strata.data";
 const WAL_FILE: &str = "strata.wal";
 const WAL_FILE_2: &str = "strata.wal.1";
 
+/// Which versioned engine a new database gets, and its shape (an existing database keeps its
+/// own, named in its superblock).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum VersionedEngineOptions {
+    /// The stratified doubling array (seed 003).
+    Sda(sda::Config),
+    /// The copy-on-write B-tree with clones (the baseline).
+    Cow(cow::Config),
+}
+
+impl Default for VersionedEngineOptions {
+    fn default() -> VersionedEngineOptions {
+        VersionedEngineOptions::Sda(sda::Config::default())
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct VersionedOptions {
-    /// The SDA's shape, for a new database (an existing one keeps its own).
-    pub sda: sda::Config,
+    pub engine: VersionedEngineOptions,
     pub durability: Durability,
     pub direct_io: bool,
     /// Checkpoint when the log grows past this many bytes.
@@ -57,7 +73,7 @@ pub struct VersionedOptions {
 impl Default for VersionedOptions {
     fn default() -> VersionedOptions {
         VersionedOptions {
-            sda: sda::Config::default(),
+            engine: VersionedEngineOptions::default(),
             durability: Durability::Sync,
             direct_io: false,
             checkpoint_wal_bytes: 64 << 20,
@@ -198,9 +214,13 @@ fn open_engine(
     opts: &VersionedOptions,
 ) -> Result<Box<dyn VersionedEngine>> {
     match cp {
-        None => Ok(Box::new(Sda::create(pager, opts.sda)?)),
+        None => match opts.engine {
+            VersionedEngineOptions::Sda(cfg) => Ok(Box::new(Sda::create(pager, cfg)?)),
+            VersionedEngineOptions::Cow(cfg) => Ok(Box::new(CowTree::create(pager, cfg)?)),
+        },
         Some(cp) => match cp.engine_meta.first() {
             Some(&sda::ENGINE_TAG) => Ok(Box::new(Sda::open(pager, cp)?)),
+            Some(&cow::ENGINE_TAG) => Ok(Box::new(CowTree::open(pager, cp)?)),
             other => Err(Error::NotADatabase {
                 path: pager.file_name().to_string(),
                 why: format!("engine tag {other:?} is not a versioned dictionary's"),
@@ -219,7 +239,10 @@ impl VersionedDb {
 
     /// Open the versioned database that lives in `env` (a directory, or a simulated disk).
     pub fn open_in(env: &dyn Env, opts: VersionedOptions) -> Result<VersionedDb> {
-        opts.sda.check()?;
+        match opts.engine {
+            VersionedEngineOptions::Sda(cfg) => cfg.check()?,
+            VersionedEngineOptions::Cow(cfg) => cfg.check()?,
+        }
         if opts.checkpoint_wal_bytes == 0 {
             return Err(Error::InvalidOptions(
                 "checkpoint_wal_bytes must be positive".into(),

@@ -15,19 +15,33 @@ use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use proptest::prelude::*;
 use strata::storage::SimEnv;
 use strata::{
-    Db, Durability, Error, Options, SdaConfig, Version, VersionedDb, VersionedMap,
-    VersionedOptions, ROOT_VERSION,
+    CowConfig, Db, Durability, Error, Options, SdaConfig, Version, VersionedDb,
+    VersionedEngineOptions, VersionedMap, VersionedOptions, ROOT_VERSION,
 };
 
-fn opts(durability: Durability) -> VersionedOptions {
-    VersionedOptions {
+/// The two engines behind `VersionedDb`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Sda,
+    Cow,
+}
+
+const KINDS: [Kind; 2] = [Kind::Sda, Kind::Cow];
+
+fn opts(kind: Kind, durability: Durability) -> VersionedOptions {
+    let engine = match kind {
         // Smaller still than `tiny`: a flush every few writes, merges and splits all the time.
-        sda: SdaConfig {
+        Kind::Sda => VersionedEngineOptions::Sda(SdaConfig {
             buffer_bytes: 200,
             level0_entries: 2,
             block_bytes: 128,
             ..SdaConfig::tiny()
-        },
+        }),
+        // Leaves of 4 entries and a pool of 16 KiB: splits, shadowing and eviction throughout.
+        Kind::Cow => VersionedEngineOptions::Cow(CowConfig::tiny()),
+    };
+    VersionedOptions {
+        engine,
         durability,
         checkpoint_wal_bytes: 8 << 10,
         ..VersionedOptions::default()
@@ -125,9 +139,9 @@ fn all_match(db: &VersionedDb, m: &VersionedMap) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn run(steps: Vec<Step>, durability: Durability) -> Result<(), TestCaseError> {
+fn run(kind: Kind, steps: Vec<Step>, durability: Durability) -> Result<(), TestCaseError> {
     let env = SimEnv::new();
-    let mut db = VersionedDb::open_in(&env, opts(durability)).unwrap();
+    let mut db = VersionedDb::open_in(&env, opts(kind, durability)).unwrap();
     let mut m = VersionedMap::new();
     let mut gone: Vec<Version> = Vec::new();
     for (i, s) in steps.into_iter().enumerate() {
@@ -198,7 +212,7 @@ fn run(steps: Vec<Step>, durability: Durability) -> Result<(), TestCaseError> {
             Step::Checkpoint => db.checkpoint().unwrap(),
             Step::Reopen => {
                 db.close().unwrap();
-                db = VersionedDb::open_in(&env, opts(durability)).unwrap();
+                db = VersionedDb::open_in(&env, opts(kind, durability)).unwrap();
                 all_match(&db, &m)?;
             }
             Step::PowerLoss(seed) => {
@@ -210,7 +224,7 @@ fn run(steps: Vec<Step>, durability: Durability) -> Result<(), TestCaseError> {
                         None => env.crash(),
                         Some(seed) => env.power_cut(seed),
                     }
-                    db = VersionedDb::open_in(&env, opts(durability)).unwrap();
+                    db = VersionedDb::open_in(&env, opts(kind, durability)).unwrap();
                     all_match(&db, &m)?;
                 }
             }
@@ -223,35 +237,53 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn prop_sim_sync(steps in proptest::collection::vec(step(), 1..300)) {
-        run(steps, Durability::Sync)?;
+    fn prop_sda_sync(steps in proptest::collection::vec(step(), 1..300)) {
+        run(Kind::Sda, steps, Durability::Sync)?;
     }
 
     #[test]
-    fn prop_sim_none_with_clean_reopens(steps in proptest::collection::vec(step(), 1..300)) {
-        run(steps, Durability::None)?;
+    fn prop_sda_none_with_clean_reopens(steps in proptest::collection::vec(step(), 1..300)) {
+        run(Kind::Sda, steps, Durability::None)?;
+    }
+
+    #[test]
+    fn prop_cow_sync(steps in proptest::collection::vec(step(), 1..300)) {
+        run(Kind::Cow, steps, Durability::Sync)?;
+    }
+
+    #[test]
+    fn prop_cow_none_with_clean_reopens(steps in proptest::collection::vec(step(), 1..300)) {
+        run(Kind::Cow, steps, Durability::None)?;
     }
 }
 
-/// Longer sequences, more of them: minutes in a debug build.
+/// Longer sequences, more of them, both engines: about a minute.
 #[test]
 #[ignore]
 fn long_sim_sync() {
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 256,
-        ..ProptestConfig::default()
-    });
-    runner
-        .run(&proptest::collection::vec(step(), 200..1500), |s| {
-            run(s, Durability::Sync)
-        })
-        .unwrap();
+    for kind in KINDS {
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+            cases: 256,
+            ..ProptestConfig::default()
+        });
+        runner
+            .run(&proptest::collection::vec(step(), 200..1500), |s| {
+                run(kind, s, Durability::Sync)
+            })
+            .unwrap();
+    }
 }
 
 #[test]
 fn bad_versions_are_refused_and_change_nothing() {
+    for kind in KINDS {
+        each_bad_versions_are_refused_and_change_nothing(kind);
+    }
+}
+
+fn each_bad_versions_are_refused_and_change_nothing(kind: Kind) {
     let env = SimEnv::new();
-    let db = VersionedDb::open_in(&env, opts(Durability::Sync)).unwrap();
+    let db = VersionedDb::open_in(&env, opts(kind, Durability::Sync)).unwrap();
     db.put_at(ROOT_VERSION, "a", "1").unwrap();
     let child = db.clone_version(ROOT_VERSION).unwrap();
     let io_before = db.data_io();
@@ -292,7 +324,7 @@ fn bad_versions_are_refused_and_change_nothing() {
     // Nothing refused reached the log either: a reopen replays the same state.
     drop(db);
     env.crash();
-    let db = VersionedDb::open_in(&env, opts(Durability::Sync)).unwrap();
+    let db = VersionedDb::open_in(&env, opts(kind, Durability::Sync)).unwrap();
     let versions: Vec<(Version, bool)> = db
         .versions()
         .unwrap()
@@ -306,8 +338,14 @@ fn bad_versions_are_refused_and_change_nothing() {
 
 #[test]
 fn clones_isolate_writes_and_ranges_run_both_ways() {
+    for kind in KINDS {
+        each_clones_isolate_writes_and_ranges_run_both_ways(kind);
+    }
+}
+
+fn each_clones_isolate_writes_and_ranges_run_both_ways(kind: Kind) {
     let env = SimEnv::new();
-    let db = VersionedDb::open_in(&env, opts(Durability::None)).unwrap();
+    let db = VersionedDb::open_in(&env, opts(kind, Durability::None)).unwrap();
     for k in 0..100u32 {
         db.put_at(ROOT_VERSION, format!("{k:03}"), format!("r{k}"))
             .unwrap();
@@ -345,7 +383,10 @@ fn clones_isolate_writes_and_ranges_run_both_ways() {
     assert!(d.windows(2).all(|w| w[0].0 < w[1].0));
     let st = db.stats().unwrap();
     assert!(
-        st.detail("merges") > 0 && st.detail("flushes") > 0,
+        match kind {
+            Kind::Sda => st.detail("merges") > 0 && st.detail("flushes") > 0,
+            Kind::Cow => st.detail("copies") > 0 && st.detail("shared_nodes") > 0,
+        },
         "{st:?}"
     );
     db.check().unwrap();
@@ -353,17 +394,18 @@ fn clones_isolate_writes_and_ranges_run_both_ways() {
 
 #[test]
 fn a_db_directory_is_not_a_versioned_one_and_back() {
+    let kind = Kind::Cow;
     let env = SimEnv::new();
     Db::open_in(&env, Options::default())
         .unwrap()
         .close()
         .unwrap();
     assert!(matches!(
-        VersionedDb::open_in(&env, opts(Durability::Sync)),
+        VersionedDb::open_in(&env, opts(kind, Durability::Sync)),
         Err(Error::NotADatabase { .. })
     ));
     let env = SimEnv::new();
-    VersionedDb::open_in(&env, opts(Durability::Sync))
+    VersionedDb::open_in(&env, opts(kind, Durability::Sync))
         .unwrap()
         .close()
         .unwrap();
@@ -454,10 +496,16 @@ fn apply_model(m: &mut VersionedMap, s: &Step) {
 /// flushes, merges, checkpoints and log appends alike.
 #[test]
 fn a_crash_at_any_io_keeps_every_acknowledged_change() {
+    for kind in KINDS {
+        each_a_crash_at_any_io_keeps_every_acknowledged_change(kind);
+    }
+}
+
+fn each_a_crash_at_any_io_keeps_every_acknowledged_change(kind: Kind) {
     let mut failures = 0;
     for n in (1..400).step_by(9) {
         let env = SimEnv::new();
-        let db = VersionedDb::open_in(&env, opts(Durability::Sync)).unwrap();
+        let db = VersionedDb::open_in(&env, opts(kind, Durability::Sync)).unwrap();
         let mut m = VersionedMap::new();
         let mut rng = 0x2545_f491_4f6c_dd1d ^ n;
         for _ in 0..40 {
@@ -494,7 +542,7 @@ fn a_crash_at_any_io_keeps_every_acknowledged_change() {
         } else {
             env.disk().clear_faults();
         }
-        let db = VersionedDb::open_in(&env, opts(Durability::Sync)).unwrap();
+        let db = VersionedDb::open_in(&env, opts(kind, Durability::Sync)).unwrap();
         db.check().unwrap();
         let got = dump(&db);
         let without = dump_model(&m);

@@ -5,6 +5,7 @@
 
 pub mod betree;
 pub mod btree;
+pub mod cow;
 pub mod lsm;
 pub mod sda;
 
@@ -21,6 +22,7 @@ mod tests {
             super::betree::ENGINE_TAG,
             super::lsm::ENGINE_TAG,
             super::sda::ENGINE_TAG,
+            super::cow::ENGINE_TAG,
         ];
         for (i, a) in tags.iter().enumerate() {
             assert!(tags[i + 1..].iter().all(|b| b != a), "tag {a} used twice");
@@ -35,6 +37,9 @@ mod tests {
             super::lsm::table::KIND_MANIFEST,
             super::sda::array::KIND_ARRAY,
             super::sda::array::KIND_MANIFEST,
+            super::cow::node::KIND_LEAF,
+            super::cow::node::KIND_INTERNAL,
+            super::cow::node::KIND_MANIFEST,
         ];
         for (i, a) in kinds.iter().enumerate() {
             assert!(*a >= kind::ENGINE_FIRST);

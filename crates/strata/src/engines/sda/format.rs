@@ -157,6 +157,7 @@ pub(super) fn decode_manifest(p: &[u8]) -> std::result::Result<Manifest, String>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engines::sda::array::{build, Entry, Head};
 
     /// The superblock bytes of a known configuration, fixed: a change to them is a format
     /// change (bump `META_VERSION` and keep reading the old one).
@@ -220,7 +221,7 @@ mod tests {
             to in proptest::prelude::any::<u8>(),
         ) {
             let _ = decode_manifest(&bytes);
-            let _ = super::super::array::Head::decode(&bytes);
+            let _ = Head::decode(&bytes);
             let _ = VersionTree::decode(&mut Reader::new(&bytes));
             let _ = decode_meta(&bytes, "f");
             let mut tree = VersionTree::new();
@@ -232,8 +233,8 @@ mod tests {
             bad[i] = to;
             let _ = decode_manifest(&bad);
             let _ = decode_manifest(&good[..i]);
-            let entries = [super::super::array::Entry { key: b"k".to_vec(), version: a, seq: 1, value: Some(b"v".to_vec()) }];
-            let (head, _) = super::super::array::build(&entries, 64, 10.0, 9);
+            let entries = [Entry { key: b"k".to_vec(), version: a, seq: 1, value: Some(b"v".to_vec()) }];
+            let (head, _) = build(&entries, 64, 10.0, 9);
             let _ = head.decode_block(0, &bytes);
             let _ = head.decode_block(0, &bad);
         }
