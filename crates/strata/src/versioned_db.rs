@@ -403,6 +403,11 @@ impl VersionedDb {
         Ok(self.state()?.engine.versions().versions())
     }
 
+    /// The version the next clone will make.
+    pub fn next_version(&self) -> Result<Version> {
+        Ok(self.state()?.engine.versions().next_version())
+    }
+
     /// Make a new leaf under `v`, which becomes internal (read-only); returns the new version.
     pub fn clone_version(&self, v: Version) -> Result<Version> {
         let made = self.change(|e| Change::Clone(v, e.versions().next_version()))?;
