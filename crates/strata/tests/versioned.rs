@@ -636,3 +636,30 @@ fn each_a_fault_at_any_io_keeps_every_acknowledged_change(kind: Kind) {
     }
     assert!(failures > 30, "only {failures} runs met their fault");
 }
+
+/// Values far larger than a block or a node, and the empty key, through flushes, merges,
+/// splits and a reopen.
+#[test]
+fn large_values_and_the_empty_key_round_trip() {
+    for kind in KINDS {
+        let env = SimEnv::new();
+        let db = VersionedDb::open_in(&env, opts(kind, Durability::None)).unwrap();
+        let big = |i: u8| vec![i; 300_000 + i as usize];
+        for i in 0..6u8 {
+            db.put_at(ROOT_VERSION, [i], big(i)).unwrap();
+        }
+        db.put_at(ROOT_VERSION, b"", b"empty").unwrap();
+        let a = db.clone_version(ROOT_VERSION).unwrap();
+        db.put_at(a, [2u8], big(9)).unwrap();
+        db.close().unwrap();
+        let db = VersionedDb::open_in(&env, opts(kind, Durability::None)).unwrap();
+        db.check().unwrap();
+        assert_eq!(db.get_at(a, [2u8]).unwrap(), Some(big(9)));
+        assert_eq!(db.get_at(ROOT_VERSION, [2u8]).unwrap(), Some(big(2)));
+        assert_eq!(db.get_at(a, b"").unwrap(), Some(b"empty".to_vec()));
+        let all: Vec<_> = db.range_at::<&[u8], _>(a, ..).unwrap().collect();
+        assert_eq!(all.len(), 7);
+        assert_eq!(all[0].0, b"".to_vec());
+        assert_eq!(all[3], (vec![2u8], big(9)), "{kind:?}");
+    }
+}

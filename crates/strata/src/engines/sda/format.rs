@@ -35,6 +35,7 @@ pub struct Counters {
     /// Entries merges dropped as live at no version they serve.
     pub dropped: u64,
     pub merge_read_bytes: u64,
+    /// Bytes of arrays written, by flushes and merges alike.
     pub merge_write_bytes: u64,
 }
 
