@@ -195,21 +195,32 @@ impl VersionedMap {
         ))
     }
 
-    /// The (key, version) pairs some live version reads (its nearest write of the key, a
-    /// delete included): what a fully merged engine stores, and no more.
+    /// The (key, version) pairs a fully merged store keeps: every value that is the nearest
+    /// write of its key for some live version, and every such delete that hides one of those
+    /// values (one written at a proper ancestor of the delete's version). A delete hiding
+    /// nothing kept can go: reads find nothing either way.
     pub fn needed(&self) -> BTreeSet<(Vec<u8>, Version)> {
-        let mut out = BTreeSet::new();
+        let mut nearest: BTreeMap<(Vec<u8>, Version), bool> = BTreeMap::new();
         for w in self.tree.live() {
             let mut seen = BTreeSet::new();
             for x in self.tree.ancestry(w) {
-                for k in self.writes.get(&x).into_iter().flat_map(|m| m.keys()) {
+                for (k, val) in self.writes.get(&x).into_iter().flatten() {
                     if seen.insert(k.clone()) {
-                        out.insert((k.clone(), x));
+                        nearest.insert((k.clone(), x), val.is_some());
                     }
                 }
             }
         }
-        out
+        let hides_a_value = |k: &Vec<u8>, x: Version| {
+            nearest.iter().any(|((key, y), &value)| {
+                value && key == k && *y != x && self.tree.is_ancestor_or_self(*y, x)
+            })
+        };
+        nearest
+            .iter()
+            .filter(|((k, x), &value)| value || hides_a_value(k, *x))
+            .map(|(kx, _)| kx.clone())
+            .collect()
     }
 
     /// Writes kept (a version's writes are dropped when the tree removes it): what a fully

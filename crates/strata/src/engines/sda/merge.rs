@@ -73,8 +73,8 @@ impl Sda {
     }
 
     /// Merge every array (and the buffer) into the fewest dense arrays, at the deepest level:
-    /// afterwards the stored entries are those some live version reads (each stored once per
-    /// piece that needs it).
+    /// afterwards the stored entries are those some live version reads, less the tombstones
+    /// with no value beneath them (each stored once per piece that needs it).
     pub(super) fn compact_all(&mut self) -> Result<()> {
         if !self.buffer.is_empty() {
             self.flush()?;
@@ -92,6 +92,19 @@ impl Sda {
         entries.dedup_by(|later, first| later.key == first.key && later.version == first.version);
         self.counters.dropped += (before - entries.len()) as u64;
         let w_set: Vec<Version> = self.tree.live().collect();
+        // Everything is here: what no live version reads goes first, then the tombstones that
+        // hide nothing any more (`policy::bare_tombstones`).
+        let live = policy::live_sets(&entries, &w_set, &self.tree);
+        let kept: BTreeSet<usize> = live.iter().flat_map(|(_, l)| l.iter().copied()).collect();
+        let bare = policy::bare_tombstones(&entries, &kept, &self.tree);
+        let before = entries.len();
+        let entries: Vec<Entry> = entries
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| kept.contains(i) && !bare.contains(i))
+            .map(|(_, e)| e)
+            .collect();
+        self.counters.dropped += (before - entries.len()) as u64;
         self.counters.merges += 1;
         self.write_pieces(&entries, &w_set, level)?;
         for input in inputs {

@@ -505,4 +505,34 @@ mod tests {
         assert!(stored(&mut t).is_empty());
         assert_eq!(t.stats().detail("arrays"), 0);
     }
+
+    /// A full compaction drops the tombstones that hide nothing kept, and keeps those that
+    /// hide a value some live version still reads.
+    #[test]
+    fn full_merges_drop_tombstones_that_hide_nothing() {
+        let mut t = fresh(Config::tiny());
+        let mut m = VersionedMap::new();
+        t.put_at(ROOT, b"k1", b"root").unwrap();
+        m.put_at(ROOT, b"k1", b"root").unwrap();
+        let a = t.clone_version(ROOT).unwrap();
+        m.clone_version(ROOT).unwrap();
+        t.delete_at(a, b"k1").unwrap();
+        t.delete_at(a, b"k9").unwrap();
+        m.delete_at(a, b"k1").unwrap();
+        m.delete_at(a, b"k9").unwrap();
+        t.compact().unwrap();
+        t.check().unwrap();
+        // The root still reads k1, so a's tombstone of k1 stays; the one of k9 hides nothing.
+        let kept = stored(&mut t);
+        assert!(kept.contains(&(b"k1".to_vec(), a)));
+        assert!(!kept.contains(&(b"k9".to_vec(), a)));
+        assert_eq!(kept, m.needed());
+        // Once the root is deleted its value is read by nobody, and the tombstone goes too.
+        t.delete_version(ROOT).unwrap();
+        m.delete_version(ROOT).unwrap();
+        t.compact().unwrap();
+        assert!(stored(&mut t).is_empty());
+        assert!(m.needed().is_empty());
+        assert_eq!(t.get_at(a, b"k1").unwrap(), None);
+    }
 }

@@ -12,6 +12,9 @@
 //!   the first (`Entry::order`) whose version is an ancestor-or-self of w. A merge keeps only
 //!   entries live at some w of its W: the rest are hidden from every version the array
 //!   serves (a deleted version's, a rewrite's older copy), and are reclaimed there.
+//! - Tombstones: a merge that holds every entry there is (`Sda::compact`) also drops the
+//!   tombstones that hide no kept value (`bare_tombstones`); other merges keep them, since an
+//!   older value they hide may lie in an array the merge does not see.
 //! - Density: every w ∈ W sees at least `DENSITY` of the array's entries. `split` cuts W into
 //!   subtree pieces that each are dense, copying the shared ancestors' entries into each.
 
@@ -113,6 +116,43 @@ pub fn live_sets(
         .zip(live)
         .filter(|(_, l)| !l.is_empty())
         .collect()
+}
+
+/// Of the `kept` entries (a merge over every entry there is, after liveness), the tombstones
+/// that hide no kept value: none of their key's kept values is at a proper ancestor of the
+/// tombstone's version. Without them a read finds only other such tombstones or nothing, the
+/// same answer, so a merge that sees every entry may drop them (Castle's rule, for the case
+/// where the merge holds everything). Returns their indices.
+pub fn bare_tombstones(
+    entries: &[Entry],
+    kept: &BTreeSet<usize>,
+    tree: &VersionTree,
+) -> BTreeSet<usize> {
+    let mut out = BTreeSet::new();
+    let mut start = 0;
+    while start < entries.len() {
+        let mut end = start + 1;
+        while end < entries.len() && entries[end].key == entries[start].key {
+            end += 1;
+        }
+        let values: Vec<Version> = (start..end)
+            .filter(|i| kept.contains(i) && entries[*i].value.is_some())
+            .map(|i| entries[i].version)
+            .collect();
+        for (i, e) in entries.iter().enumerate().take(end).skip(start) {
+            let x = e.version;
+            if kept.contains(&i)
+                && e.value.is_none()
+                && !values
+                    .iter()
+                    .any(|&y| y != x && tree.is_ancestor_or_self(y, x))
+            {
+                out.insert(i);
+            }
+        }
+        start = end;
+    }
+    out
 }
 
 /// One output array of a split: the versions it serves and the entries it holds (indices,
