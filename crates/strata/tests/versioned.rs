@@ -663,3 +663,39 @@ fn large_values_and_the_empty_key_round_trip() {
         assert_eq!(all[3], (vec![2u8], big(9)), "{kind:?}");
     }
 }
+
+/// Deleting every version leaves an empty tree that stays empty across a reopen, with
+/// nothing stored, and every version refused.
+#[test]
+fn deleting_every_version_frees_everything() {
+    for kind in KINDS {
+        let env = SimEnv::new();
+        let db = VersionedDb::open_in(&env, opts(kind, Durability::Sync)).unwrap();
+        for k in 0..50u8 {
+            db.put_at(ROOT_VERSION, key(k), value(k as u16 * 7))
+                .unwrap();
+        }
+        let a = db.clone_version(ROOT_VERSION).unwrap();
+        db.put_at(a, key(1), b"a").unwrap();
+        db.delete_version(ROOT_VERSION).unwrap();
+        assert_eq!(
+            db.get_at(a, key(2)).unwrap(),
+            Some(value(14)),
+            "through the ghost"
+        );
+        db.delete_version(a).unwrap();
+        assert!(db.versions().unwrap().is_empty());
+        db.close().unwrap();
+        let db = VersionedDb::open_in(&env, opts(kind, Durability::Sync)).unwrap();
+        assert!(db.versions().unwrap().is_empty());
+        assert_eq!(db.next_version().unwrap(), a + 1);
+        let report = db.check().unwrap();
+        assert_eq!(report.keys, 0, "{kind:?}");
+        assert!(matches!(
+            db.clone_version(ROOT_VERSION),
+            Err(Error::BadVersion { .. })
+        ));
+        let st = db.stats().unwrap();
+        assert!(st.referenced_bytes <= 8192, "{kind:?}: {st:?}");
+    }
+}
