@@ -1,15 +1,20 @@
-//! The versioned dictionary against its reference: random clones, puts, deletes, point and
-//! range reads (both directions), diffs and version deletes on a `VersionedDb` (the SDA with a
-//! tiny buffer and tiny levels, so flushes, merges and density splits happen all the time),
-//! compared after every step with `VersionedMap` (a map per version), with checkpoints, clean
-//! reopens and power losses (a simulated disk that loses every unsynced write) mixed in.
+//! The versioned dictionary against its reference, for both engines behind `VersionedDb`:
+//! random clones, puts, deletes, point and range reads (both directions), diffs and version
+//! deletes, compared after every step with `VersionedMap` (a map per version), with
+//! checkpoints, clean reopens and power losses (a simulated disk that loses every unsynced
+//! write, or keeps a random part of them) mixed in. The engines run tiny: the SDA with a
+//! 200-byte buffer and level-0 arrays of 2 entries (flushes, merges and density splits all the
+//! time), the CoW B-tree with 4-entry leaves, fanout 4 and a 16 KiB pool (splits, shadowing
+//! and eviction all the time).
 //!
 //! Asserted: every read equals the reference's; a change the reference refuses is refused
 //! with the same error kind and changes nothing; with `Durability::Sync` a power loss loses
 //! no acknowledged change, with `Durability::None` it leaves some prefix of the changes, at
-//! least through the last checkpoint or close; after every reopen `check` passes (checksums, density,
-//! stratification, no leaked block) and every live version's contents match.
-//! Then the bad-input cases one by one. `long_*` runs are `#[ignore]`d (see their comments).
+//! least through the last checkpoint or close; after every reopen `check` passes (checksums,
+//! the SDA's density and stratification, the CoW B-tree's reference counts, no leaked block)
+//! and every live version's contents match. Then IO faults at many points of a run (crash,
+//! failure once, torn write), the bad-input cases one by one, and edge cases. `long_sim` is
+//! `#[ignore]`d (about two minutes).
 
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
 
