@@ -54,6 +54,12 @@ pub enum Error {
     Poisoned {
         cause: String,
     },
+    /// A versioned operation named a version it cannot apply to: unknown, deleted, or (for a
+    /// write or a version delete) not allowed there. Nothing was changed.
+    BadVersion {
+        version: u64,
+        why: String,
+    },
 }
 
 impl Error {
@@ -112,6 +118,7 @@ impl fmt::Display for Error {
                     "database is unusable after an earlier error ({cause}); reopen it"
                 )
             }
+            Error::BadVersion { version, why } => write!(f, "version {version}: {why}"),
         }
     }
 }

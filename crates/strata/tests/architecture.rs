@@ -27,6 +27,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("wal", 9),
     ("metrics", 9),
     ("db", 10),
+    ("versioned_db", 10),
     ("salvage", 11),
     ("decode_fuzz", 13),
 ];

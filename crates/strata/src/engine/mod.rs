@@ -7,6 +7,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 pub mod salvage;
+pub mod versioned;
+pub mod versions;
 
 use crate::codec::{Reader, Writer};
 use crate::error::{Error, Result};

@@ -5,7 +5,9 @@
 
 pub mod betree;
 pub mod btree;
+pub mod cow;
 pub mod lsm;
+pub mod sda;
 
 #[cfg(test)]
 mod tests {
@@ -19,6 +21,8 @@ mod tests {
             super::btree::ENGINE_TAG,
             super::betree::ENGINE_TAG,
             super::lsm::ENGINE_TAG,
+            super::sda::ENGINE_TAG,
+            super::cow::ENGINE_TAG,
         ];
         for (i, a) in tags.iter().enumerate() {
             assert!(tags[i + 1..].iter().all(|b| b != a), "tag {a} used twice");
@@ -31,6 +35,11 @@ mod tests {
             super::betree::node::KIND_RUN,
             super::lsm::table::KIND_TABLE,
             super::lsm::table::KIND_MANIFEST,
+            super::sda::array::KIND_ARRAY,
+            super::sda::array::KIND_MANIFEST,
+            super::cow::node::KIND_LEAF,
+            super::cow::node::KIND_INTERNAL,
+            super::cow::node::KIND_MANIFEST,
         ];
         for (i, a) in kinds.iter().enumerate() {
             assert!(*a >= kind::ENGINE_FIRST);

@@ -1,0 +1,164 @@
+//! The SDA's IO for flushes and merges; every decision is `policy`'s.
+//!
+//! - A flush writes the buffer's entries as arrays of level 0 (or above, by size): W is every
+//!   live version at or below a buffered entry's version; entries live at none (their version
+//!   was deleted) are dropped; the rest is split into dense pieces, one array each.
+//! - A merge reads its two input arrays whole (one read each, bypassing the head cache), sorts
+//!   their entries together, keeps the newest write of each (key, version), and writes the
+//!   entries live at some version of W1 ∪ W2 as dense pieces, each one extent in one write;
+//!   then frees the inputs. Each piece goes to the level of its size, or the inputs' level if
+//!   that is higher.
+//!
+//! Debug builds check every written piece's density and, after the merges, stratification.
+
+use std::collections::BTreeSet;
+
+use super::array::{build, Entry};
+use super::policy::{self, level_for, ArrayInfo};
+use super::*;
+
+impl Sda {
+    /// Write the buffer out as arrays.
+    pub(super) fn flush(&mut self) -> Result<()> {
+        let buffer = std::mem::take(&mut self.buffer);
+        self.buffered_bytes = 0;
+        let entries: Vec<Entry> = buffer
+            .into_iter()
+            .map(|((key, Reverse(version)), (seq, value))| Entry {
+                key,
+                version,
+                seq,
+                value,
+            })
+            .collect();
+        let written: BTreeSet<Version> = entries.iter().map(|e| e.version).collect();
+        let mut w_set = BTreeSet::new();
+        for x in written {
+            w_set.extend(self.tree.live_subtree(x));
+        }
+        let w_set: Vec<Version> = w_set.into_iter().collect();
+        self.counters.flushes += 1;
+        self.write_pieces(&entries, &w_set, 0)?;
+        Ok(())
+    }
+
+    /// Merge intersecting arrays, lowest level first, until the levels are stratified.
+    pub(super) fn merge_due(&mut self) -> Result<()> {
+        while let Some((level, i, j)) = policy::next_merge(&self.levels) {
+            let b = self.levels[level].remove(j);
+            let a = self.levels[level].remove(i);
+            let mut entries = Vec::with_capacity((a.entries + b.entries) as usize);
+            for input in [&a, &b] {
+                let head = self.head(input.id)?;
+                entries.extend(head.read_all(&self.pager, input.id)?);
+                self.counters.merge_read_bytes += input.bytes;
+            }
+            entries.sort_by(|x, y| x.order(y));
+            // The newest write of a (key, version) sorts first; older ones are hidden.
+            let before = entries.len();
+            entries
+                .dedup_by(|later, first| later.key == first.key && later.version == first.version);
+            self.counters.dropped += (before - entries.len()) as u64;
+            let mut w_set = a.versions.clone();
+            w_set.extend(&b.versions);
+            w_set.sort_unstable();
+            w_set.dedup();
+            self.counters.merges += 1;
+            self.write_pieces(&entries, &w_set, level)?;
+            self.free_array(a.id);
+            self.free_array(b.id);
+        }
+        debug_assert!(policy::stratified(&self.levels), "levels not stratified");
+        Ok(())
+    }
+
+    /// Merge every array (and the buffer) into the fewest dense arrays, at the deepest level:
+    /// afterwards the stored entries are those some live version reads, less the tombstones
+    /// with no value beneath them (each stored once per piece that needs it).
+    pub(super) fn compact_all(&mut self) -> Result<()> {
+        if !self.buffer.is_empty() {
+            self.flush()?;
+        }
+        let inputs: Vec<ArrayInfo> = self.levels.iter_mut().flat_map(std::mem::take).collect();
+        let level = self.levels.len().saturating_sub(1);
+        let mut entries = Vec::new();
+        for input in &inputs {
+            let head = self.head(input.id)?;
+            entries.extend(head.read_all(&self.pager, input.id)?);
+            self.counters.merge_read_bytes += input.bytes;
+        }
+        entries.sort_by(|x, y| x.order(y));
+        let before = entries.len();
+        entries.dedup_by(|later, first| later.key == first.key && later.version == first.version);
+        self.counters.dropped += (before - entries.len()) as u64;
+        let w_set: Vec<Version> = self.tree.live().collect();
+        // Everything is here: what no live version reads goes first, then the tombstones that
+        // hide nothing any more (`policy::bare_tombstones`).
+        let live = policy::live_sets(&entries, &w_set, &self.tree);
+        let kept: BTreeSet<usize> = live.iter().flat_map(|(_, l)| l.iter().copied()).collect();
+        let bare = policy::bare_tombstones(&entries, &kept, &self.tree);
+        let before = entries.len();
+        let entries: Vec<Entry> = entries
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| kept.contains(i) && !bare.contains(i))
+            .map(|(_, e)| e)
+            .collect();
+        self.counters.dropped += (before - entries.len()) as u64;
+        self.counters.merges += 1;
+        self.write_pieces(&entries, &w_set, level)?;
+        for input in inputs {
+            self.free_array(input.id);
+        }
+        self.merge_due()
+    }
+
+    /// Write the entries live at some version of `w_set` as dense pieces, placed at `level` or
+    /// above.
+    fn write_pieces(&mut self, entries: &[Entry], w_set: &[Version], level: usize) -> Result<()> {
+        let live = policy::live_sets(entries, w_set, &self.tree);
+        let pieces = policy::split(&live, &self.tree);
+        let kept: BTreeSet<usize> = live.iter().flat_map(|(_, l)| l.iter().copied()).collect();
+        self.counters.dropped += (entries.len() - kept.len()) as u64;
+        if pieces.len() > 1 {
+            self.counters.splits += 1;
+        }
+        #[cfg(debug_assertions)]
+        {
+            let counts = live.iter().map(|(v, l)| (*v, l.len())).collect();
+            for p in &pieces {
+                assert!(
+                    policy::piece_is_dense(p, &counts),
+                    "a piece below density: {p:?}"
+                );
+            }
+        }
+        for p in pieces {
+            let out: Vec<Entry> = p.entries.iter().map(|&i| entries[i].clone()).collect();
+            let id = self.pager.new_id();
+            let (head, sealed) = build(&out, self.cfg.block_bytes, self.cfg.filter_bits, id);
+            self.pager.write_sealed(id, sealed)?;
+            let bytes = self.pager.extent(id).map_or(0, |e| e.len);
+            self.counters.merge_write_bytes += bytes;
+            self.heads.insert(id, Arc::new(head));
+            let info = ArrayInfo {
+                id,
+                entries: out.len() as u64,
+                bytes,
+                versions: p.versions,
+            };
+            let at = level.max(level_for(info.entries, self.cfg.level0_entries));
+            if at >= MAX_LEVELS {
+                return Err(Error::InvalidOptions(format!(
+                    "an SDA array of {} entries needs more than {MAX_LEVELS} levels",
+                    info.entries
+                )));
+            }
+            if self.levels.len() <= at {
+                self.levels.resize_with(at + 1, Vec::new);
+            }
+            self.levels[at].push(info);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,538 @@
+//! The stratified doubling array (seed 003's SDA, the simplest stratified B-tree): a versioned
+//! dictionary on the shared substrate. Writes go to a small in-memory buffer; a full buffer is
+//! flushed as arrays of level 0; arrays of one level whose version sets intersect merge, and
+//! a merged array that is not dense enough is split by subtrees of versions (docs/versioned.md).
+//!
+//! An array is an immutable sorted run of (key, version, seq, value | tombstone) entries
+//! (`array`), tagged in the manifest with the set W of live versions it serves. Invariants
+//! (checked by `check`; density and stratification also in debug builds after every merge):
+//! - coverage: for every live version v and key k, the entry a read at v must return (the
+//!   nearest ancestor-or-self's newest write of k) is in the buffer or in an array whose W
+//!   holds v; so a read consults only those arrays, at most one per level;
+//! - stratification: the arrays of one level have disjoint W (`policy`);
+//! - density: every version of an array's W sees at least a third of its entries;
+//! - doubling: an array sits at the level of its size or above, never below;
+//! - W holds live versions only; an array whose W empties is freed at once;
+//! - every array is referenced by exactly one manifest entry; arrays freed by a merge are
+//!   released by the pager once a checkpoint no longer needs them (copy-on-write).
+//!
+//! Durability is the facade's (`VersionedDb`): its log holds what the buffer holds and every
+//! version-tree change. A checkpoint flushes the buffer, runs the merges due and commits the
+//! manifest (the tree and the levels); arrays written between checkpoints are referenced only
+//! by the next manifest, so a crash before it leaves them unreferenced and the log replays
+//! their writes.
+//!
+//! Merges run on the writer's thread, one at a time, between operations (`settle`) and inside
+//! a checkpoint. Files, one concern each: `config`, `format` (metadata and manifest), `array`
+//! (an array on disk and its builder), `policy` (levels, merges, liveness, splits: pure),
+//! `merge` (flush and merge IO), `read` (point and range queries), `check`.
+
+pub(crate) mod array;
+mod check;
+mod config;
+mod format;
+mod merge;
+pub(crate) mod policy;
+mod read;
+
+pub use config::Config;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::Arc;
+
+use crate::engine::versioned::VersionedEngine;
+use crate::engine::versions::{Version, VersionTree};
+use crate::engine::{CheckReport, EngineStats};
+use crate::error::{Error, Result};
+use crate::storage::{Checkpoint, Commit, Device, NodeId, Pager};
+use array::Head;
+use format::Counters;
+use policy::ArrayInfo;
+
+/// The first byte of the engine metadata in the superblock.
+pub const ENGINE_TAG: u8 = 4;
+
+/// No SDA has more levels: level 48 holds arrays of 2^48 level-0 arrays.
+pub const MAX_LEVELS: usize = 48;
+
+/// The buffer: a (key, version)'s latest write, newest versions of a key first. One entry per
+/// (key, version): a rewrite in the same version replaces it.
+type Buffer = BTreeMap<(Vec<u8>, Reverse<Version>), (u64, Option<Vec<u8>>)>;
+
+pub struct Sda {
+    pager: Pager,
+    cfg: Config,
+    tree: VersionTree,
+    buffer: Buffer,
+    buffered_bytes: usize,
+    levels: Vec<Vec<ArrayInfo>>,
+    /// Heads of arrays read so far (their filter and block index), by id.
+    heads: HashMap<NodeId, Arc<Head>>,
+    manifest: NodeId,
+    next_seq: u64,
+    counters: Counters,
+}
+
+/// What a buffered entry costs against `buffer_bytes`.
+fn entry_bytes(key: &[u8], value: &Option<Vec<u8>>) -> usize {
+    key.len() + value.as_ref().map_or(0, |v| v.len()) + 32
+}
+
+impl Sda {
+    pub fn create(mut pager: Pager, cfg: Config) -> Result<Sda> {
+        cfg.check()?;
+        let manifest = pager.new_id();
+        let mut t = Sda::from_parts(
+            pager,
+            cfg,
+            manifest,
+            1,
+            (Counters::default(), VersionTree::new(), Vec::new()),
+        );
+        t.checkpoint(0)?;
+        Ok(t)
+    }
+
+    pub fn open(pager: Pager, cp: &Checkpoint) -> Result<Sda> {
+        let (cfg, manifest, next_seq) = format::decode_meta(&cp.engine_meta, pager.file_name())?;
+        let (kind, payload) = pager.read_block(manifest)?;
+        let bad = |what: String| {
+            Error::corruption(
+                pager.file_name(),
+                pager.offset_of(manifest),
+                format!("SDA manifest: {what}"),
+            )
+        };
+        if kind != array::KIND_MANIFEST {
+            return Err(bad(format!("block kind {kind}, not a manifest")));
+        }
+        let parts = format::decode_manifest(&payload).map_err(bad)?;
+        Ok(Sda::from_parts(pager, cfg, manifest, next_seq, parts))
+    }
+
+    fn from_parts(
+        pager: Pager,
+        cfg: Config,
+        manifest: NodeId,
+        next_seq: u64,
+        (counters, tree, levels): format::Manifest,
+    ) -> Sda {
+        Sda {
+            pager,
+            cfg,
+            tree,
+            buffer: Buffer::new(),
+            buffered_bytes: 0,
+            levels,
+            heads: HashMap::new(),
+            manifest,
+            next_seq,
+            counters,
+        }
+    }
+
+    pub fn config(&self) -> Config {
+        self.cfg
+    }
+
+    /// Merge everything into the fewest dense arrays (`merge::compact_all`); what no live
+    /// version reads is gone afterwards.
+    pub fn compact(&mut self) -> Result<()> {
+        self.compact_all()
+    }
+
+    fn write(&mut self, v: Version, key: &[u8], value: Option<Vec<u8>>) -> Result<()> {
+        self.tree.check_writable(v)?;
+        self.buffered_bytes += entry_bytes(key, &value);
+        let old = self
+            .buffer
+            .insert((key.to_vec(), Reverse(v)), (self.next_seq, value));
+        if let Some((_, old)) = old {
+            self.buffered_bytes -= entry_bytes(key, &old);
+        }
+        self.next_seq += 1;
+        Ok(())
+    }
+
+    fn arrays(&self) -> impl Iterator<Item = &ArrayInfo> {
+        self.levels.iter().flatten()
+    }
+
+    /// The head of array `id`, read once and kept.
+    fn head(&mut self, id: NodeId) -> Result<Arc<Head>> {
+        if let Some(h) = self.heads.get(&id) {
+            return Ok(h.clone());
+        }
+        let h = Arc::new(Head::load(&self.pager, id)?);
+        self.heads.insert(id, h.clone());
+        Ok(h)
+    }
+
+    /// Forget array `id`: its extent is reused once no durable checkpoint needs it.
+    fn free_array(&mut self, id: NodeId) {
+        self.heads.remove(&id);
+        self.pager.free(id);
+    }
+}
+
+impl VersionedEngine for Sda {
+    fn name(&self) -> &'static str {
+        "sda"
+    }
+
+    fn versions(&self) -> &VersionTree {
+        &self.tree
+    }
+
+    fn clone_version(&mut self, v: Version) -> Result<Version> {
+        let w = self.tree.clone_version(v)?;
+        // The clone sees what `v` sees, so it joins every array serving `v` (densities are
+        // unchanged); `w` is the largest version, so the sets stay sorted.
+        for a in self.levels.iter_mut().flatten() {
+            if a.serves(v) {
+                a.versions.push(w);
+            }
+        }
+        Ok(w)
+    }
+
+    fn put_at(&mut self, v: Version, key: &[u8], value: &[u8]) -> Result<()> {
+        self.write(v, key, Some(value.to_vec()))
+    }
+
+    fn delete_at(&mut self, v: Version, key: &[u8]) -> Result<()> {
+        self.write(v, key, None)
+    }
+
+    fn get_at(&mut self, v: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.point(v, key)
+    }
+
+    fn scan_at(
+        &mut self,
+        v: Version,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        reverse: bool,
+        limit: usize,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<()> {
+        self.range(v, lo, hi, reverse, limit, out)
+    }
+
+    fn delete_version(&mut self, v: Version) -> Result<()> {
+        let removed = self.tree.delete(v)?;
+        let mut freed = Vec::new();
+        for level in &mut self.levels {
+            for a in level.iter_mut() {
+                a.versions.retain(|&x| x != v);
+            }
+            level.retain(|a| {
+                if a.versions.is_empty() {
+                    freed.push(a.id);
+                }
+                !a.versions.is_empty()
+            });
+        }
+        for id in freed {
+            self.free_array(id);
+        }
+        // Buffered writes of versions the tree removed are unreachable: drop them now.
+        if !removed.is_empty() {
+            self.buffer.retain(|(_, x), _| !removed.contains(&x.0));
+            self.buffered_bytes = self
+                .buffer
+                .iter()
+                .map(|((k, _), (_, val))| entry_bytes(k, val))
+                .sum();
+        }
+        Ok(())
+    }
+
+    fn begin_checkpoint(&mut self, wal_seq: u64) -> Result<Commit> {
+        if !self.buffer.is_empty() {
+            self.flush()?;
+        }
+        self.merge_due()?;
+        let manifest = format::encode_manifest(&self.counters, &self.tree, &self.levels);
+        self.pager
+            .write_block(self.manifest, array::KIND_MANIFEST, &manifest)?;
+        let meta = format::encode_meta(&self.cfg, self.manifest, self.next_seq);
+        self.pager.begin_commit(wal_seq, meta, Vec::new())
+    }
+
+    fn finish_checkpoint(&mut self, c: Commit) -> Result<()> {
+        self.pager.finish_commit(c)
+    }
+
+    fn settle(&mut self) -> Result<()> {
+        if self.buffered_bytes >= self.cfg.buffer_bytes {
+            self.flush()?;
+        }
+        self.merge_due()
+    }
+
+    fn stats(&self) -> EngineStats {
+        let c = &self.counters;
+        let entries: u64 = self.arrays().map(|a| a.entries).sum();
+        EngineStats {
+            engine: "sda",
+            node_size: self.cfg.block_bytes as u64,
+            geometry_origin: "given in the options",
+            live_keys: entries,
+            live_bytes: self.arrays().map(|a| a.bytes).sum(),
+            height: self.levels.len() as u32,
+            leaf_nodes: self.arrays().count() as u64,
+            detail: vec![
+                ("levels", self.levels.len() as u64),
+                ("arrays", self.arrays().count() as u64),
+                ("entries", entries),
+                ("buffered_entries", self.buffer.len() as u64),
+                ("live_versions", self.tree.live().count() as u64),
+                ("flushes", c.flushes),
+                ("merges", c.merges),
+                ("splits", c.splits),
+                ("dropped_entries", c.dropped),
+                ("merge_read_bytes", c.merge_read_bytes),
+                ("merge_write_bytes", c.merge_write_bytes),
+            ],
+            checkpoints: self.pager.last_checkpoint().seq,
+            checkpoint_wal_seq: self.pager.last_checkpoint().wal_seq,
+            referenced_bytes: self.pager.referenced_bytes(),
+            free_bytes: self.pager.free_bytes(),
+            ..EngineStats::default()
+        }
+    }
+
+    fn check(&mut self) -> Result<CheckReport> {
+        self.verify()
+    }
+
+    fn device(&self) -> &Arc<dyn Device> {
+        self.pager.device()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::versioned::VersionedMap;
+    use crate::engine::versions::ROOT;
+    use crate::storage::sim::{SimDevice, SimDisk};
+    use std::ops::Bound::{Excluded, Included, Unbounded};
+
+    fn fresh(cfg: Config) -> Sda {
+        let disk = SimDisk::new(Default::default(), 0.0);
+        Sda::create(Pager::create(Arc::new(SimDevice::new("data", disk))), cfg).unwrap()
+    }
+
+    fn reopen(t: Sda, seq: u64) -> Sda {
+        let mut t = t;
+        t.checkpoint(seq).unwrap();
+        let dev = t.device().clone();
+        drop(t);
+        let (pager, cp) = Pager::open(dev).unwrap();
+        Sda::open(pager, &cp).unwrap()
+    }
+
+    /// A small deterministic generator (xorshift), so that a failure replays.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// Random writes, clones and version deletes with a tiny buffer and tiny levels (flushes,
+    /// merges and splits all the time), checkpoints and reopens, every read compared with the
+    /// reference map, and `check` along the way.
+    #[test]
+    fn matches_the_reference_through_merges_splits_and_reopens() {
+        let mut t = fresh(Config::tiny());
+        let mut m = VersionedMap::new();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for step in 0..4000u64 {
+            let live: Vec<Version> = m.versions().live().collect();
+            let v = live[rng.below(live.len() as u64) as usize];
+            let key = format!("k{:02}", rng.below(40)).into_bytes();
+            match rng.below(100) {
+                0..=59 => {
+                    let val = format!("{step}").into_bytes();
+                    let want = m.put_at(v, &key, &val).map_err(|e| e.to_string());
+                    let got = t.put_at(v, &key, &val).map_err(|e| e.to_string());
+                    assert_eq!(got, want);
+                }
+                60..=74 => {
+                    let want = m.delete_at(v, &key).map_err(|e| e.to_string());
+                    assert_eq!(t.delete_at(v, &key).map_err(|e| e.to_string()), want);
+                }
+                75..=78 => {
+                    assert_eq!(t.clone_version(v).unwrap(), m.clone_version(v).unwrap());
+                }
+                79..=80 if live.len() > 2 => {
+                    m.delete_version(v).unwrap();
+                    t.delete_version(v).unwrap();
+                }
+                81..=85 => {
+                    let hi = format!("k{:02}", rng.below(40)).into_bytes();
+                    let (lo, hi) = (Included(key.as_slice()), Excluded(hi.as_slice()));
+                    let mut got = Vec::new();
+                    t.scan_at(v, lo, hi, step % 2 == 1, usize::MAX, &mut got)
+                        .unwrap();
+                    let mut want = m.range_at(v, lo, hi).unwrap();
+                    if step % 2 == 1 {
+                        want.reverse();
+                    }
+                    assert_eq!(got, want, "range at {v}, step {step}");
+                }
+                _ => {}
+            }
+            assert_eq!(
+                t.get_at(v, &key).ok(),
+                m.get_at(v, &key).ok(),
+                "step {step}"
+            );
+            t.settle().unwrap();
+            if step % 500 == 499 {
+                t = reopen(t, step);
+                t.check().unwrap();
+                if step % 1000 == 999 {
+                    // Fully merged, exactly what some live version reads is stored.
+                    t.compact().unwrap();
+                    t.check().unwrap();
+                    assert_eq!(stored(&mut t), m.needed(), "step {step}");
+                }
+                for &x in &live {
+                    if m.versions().is_live(x) {
+                        let mut got = Vec::new();
+                        t.scan_at(x, Unbounded, Unbounded, false, usize::MAX, &mut got)
+                            .unwrap();
+                        assert_eq!(got, m.range_at(x, Unbounded, Unbounded).unwrap());
+                    }
+                }
+            }
+        }
+        let s = t.stats();
+        assert!(s.detail("merges") > 50, "{s:?}");
+        assert!(s.detail("splits") > 0, "{s:?}");
+        assert!(s.detail("dropped_entries") > 0, "{s:?}");
+    }
+
+    /// Distinct (key, version) pairs stored in the arrays.
+    fn stored(t: &mut Sda) -> std::collections::BTreeSet<(Vec<u8>, Version)> {
+        let mut out = std::collections::BTreeSet::new();
+        for x in t.arrays().cloned().collect::<Vec<_>>() {
+            let head = t.head(x.id).unwrap();
+            for e in head.read_all(&t.pager, x.id).unwrap() {
+                out.insert((e.key, e.version));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_deleted_leafs_arrays_go_at_once_and_merges_drop_its_entries() {
+        let mut t = fresh(Config::tiny());
+        for k in 0..10u32 {
+            t.put_at(ROOT, &k.to_be_bytes(), b"root").unwrap();
+        }
+        let a = t.clone_version(ROOT).unwrap();
+        let b = t.clone_version(ROOT).unwrap();
+        for k in 0..40u32 {
+            t.put_at(a, &(100 + k).to_be_bytes(), b"a").unwrap();
+        }
+        t.compact().unwrap();
+        t.check().unwrap();
+        // The root and `b` see 10 of the 50 entries: `a` got an array of its own.
+        let only_a = t.arrays().filter(|x| x.versions == [a]).count();
+        assert_eq!(only_a, 1, "{:?}", t.levels);
+        let arrays = t.stats().detail("arrays");
+        t.delete_version(a).unwrap();
+        assert_eq!(t.stats().detail("arrays"), arrays - 1, "freed at once");
+        assert!(t.arrays().all(|x| !x.serves(a)));
+        t.check().unwrap();
+        assert_eq!(
+            t.get_at(b, &3u32.to_be_bytes()).unwrap(),
+            Some(b"root".to_vec())
+        );
+        assert!(matches!(t.get_at(a, b"x"), Err(Error::BadVersion { .. })));
+        assert!(stored(&mut t).iter().all(|(_, v)| *v != a));
+    }
+
+    /// A deleted internal version's entries stay while a live descendant reads them, and go
+    /// in the merge after its last reader is deleted; a rewrite's older copy goes in the first
+    /// merge that sees both.
+    #[test]
+    fn merges_keep_what_live_versions_read_and_nothing_else() {
+        let mut t = fresh(Config::tiny());
+        let mut m = VersionedMap::new();
+        for k in 0..30u32 {
+            t.put_at(ROOT, &k.to_be_bytes(), b"old").unwrap();
+            t.settle().unwrap();
+            t.put_at(ROOT, &k.to_be_bytes(), b"new").unwrap();
+            m.put_at(ROOT, &k.to_be_bytes(), b"new").unwrap();
+        }
+        let a = t.clone_version(ROOT).unwrap();
+        m.clone_version(ROOT).unwrap();
+        let c = t.clone_version(a).unwrap();
+        m.clone_version(a).unwrap();
+        for k in 0..5u32 {
+            t.put_at(c, &k.to_be_bytes(), b"c").unwrap();
+            m.put_at(c, &k.to_be_bytes(), b"c").unwrap();
+        }
+        t.delete_version(ROOT).unwrap();
+        m.delete_version(ROOT).unwrap();
+        t.delete_version(a).unwrap();
+        m.delete_version(a).unwrap();
+        t.compact().unwrap();
+        t.check().unwrap();
+        // The ghost root's entries that `c` reads stay (25: `c` rewrote 5); one copy each.
+        assert_eq!(stored(&mut t), m.needed());
+        assert_eq!(m.needed().len(), 30);
+        let mut got = Vec::new();
+        t.scan_at(c, Unbounded, Unbounded, false, usize::MAX, &mut got)
+            .unwrap();
+        assert_eq!(got, m.range_at(c, Unbounded, Unbounded).unwrap());
+        t.delete_version(c).unwrap();
+        m.delete_version(c).unwrap();
+        assert!(m.needed().is_empty());
+        t.compact().unwrap();
+        assert!(stored(&mut t).is_empty());
+        assert_eq!(t.stats().detail("arrays"), 0);
+    }
+
+    /// A full compaction drops the tombstones that hide nothing kept, and keeps those that
+    /// hide a value some live version still reads.
+    #[test]
+    fn full_merges_drop_tombstones_that_hide_nothing() {
+        let mut t = fresh(Config::tiny());
+        let mut m = VersionedMap::new();
+        t.put_at(ROOT, b"k1", b"root").unwrap();
+        m.put_at(ROOT, b"k1", b"root").unwrap();
+        let a = t.clone_version(ROOT).unwrap();
+        m.clone_version(ROOT).unwrap();
+        t.delete_at(a, b"k1").unwrap();
+        t.delete_at(a, b"k9").unwrap();
+        m.delete_at(a, b"k1").unwrap();
+        m.delete_at(a, b"k9").unwrap();
+        t.compact().unwrap();
+        t.check().unwrap();
+        // The root still reads k1, so a's tombstone of k1 stays; the one of k9 hides nothing.
+        let kept = stored(&mut t);
+        assert!(kept.contains(&(b"k1".to_vec(), a)));
+        assert!(!kept.contains(&(b"k9".to_vec(), a)));
+        assert_eq!(kept, m.needed());
+        // Once the root is deleted its value is read by nobody, and the tombstone goes too.
+        t.delete_version(ROOT).unwrap();
+        m.delete_version(ROOT).unwrap();
+        t.compact().unwrap();
+        assert!(stored(&mut t).is_empty());
+        assert!(m.needed().is_empty());
+        assert_eq!(t.get_at(a, b"k1").unwrap(), None);
+    }
+}

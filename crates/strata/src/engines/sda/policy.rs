@@ -1,0 +1,320 @@
+//! The SDA's policy, pure (no IO): which array goes to which level, which two arrays merge
+//! next, which entries a merge keeps, and how a merged array that is not dense enough splits
+//! (density amplification). `merge.rs` does the IO these decisions call for.
+//!
+//! - Doubling: an array of n entries belongs at level ⌊log2(n / base)⌋ (0 below base); a new
+//!   array is placed at the higher of that and its sources' level, so it never moves down
+//!   (no merge/split ping-pong).
+//! - Stratification: the arrays of one level have pairwise disjoint version sets W. Two that
+//!   intersect merge (`next_merge`, lowest level first); the merge's pieces partition
+//!   W1 ∪ W2, so each merge strictly shrinks the level's Σ|W| and merging terminates.
+//! - Liveness: entry e of (k, x) is live at w ∈ W when, among the array's entries of k, it is
+//!   the first (`Entry::order`) whose version is an ancestor-or-self of w. A merge keeps only
+//!   entries live at some w of its W: the rest are hidden from every version the array
+//!   serves (a deleted version's, a rewrite's older copy), and are reclaimed there.
+//! - Tombstones: a merge that holds every entry there is (`Sda::compact`) also drops the
+//!   tombstones that hide no kept value (`bare_tombstones`); other merges keep them, since an
+//!   older value they hide may lie in an array the merge does not see.
+//! - Density: every w ∈ W sees at least `DENSITY` of the array's entries. `split` cuts W into
+//!   subtree pieces that each are dense, copying the shared ancestors' entries into each.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use super::array::Entry;
+use crate::engine::versions::{Version, VersionTree};
+use crate::storage::NodeId;
+
+/// The least fraction of an array's entries that each version of its W sees (seed 003: 1/3).
+pub const DENSITY_NUM: usize = 1;
+pub const DENSITY_DEN: usize = 3;
+
+/// An array as the manifest knows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ArrayInfo {
+    pub id: NodeId,
+    pub entries: u64,
+    pub bytes: u64,
+    /// The live versions this array serves, ascending.
+    pub versions: Vec<Version>,
+}
+
+impl ArrayInfo {
+    pub fn serves(&self, v: Version) -> bool {
+        self.versions.binary_search(&v).is_ok()
+    }
+
+    fn meets(&self, other: &ArrayInfo) -> bool {
+        let (mut i, mut j) = (0, 0);
+        while i < self.versions.len() && j < other.versions.len() {
+            match self.versions[i].cmp(&other.versions[j]) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => return true,
+            }
+        }
+        false
+    }
+}
+
+/// The level an array of `entries` belongs at.
+pub fn level_for(entries: u64, base: u32) -> usize {
+    let ratio = entries / base.max(1) as u64;
+    if ratio == 0 {
+        0
+    } else {
+        ratio.ilog2() as usize
+    }
+}
+
+/// The lowest level holding two arrays whose version sets intersect, and their indices.
+pub fn next_merge(levels: &[Vec<ArrayInfo>]) -> Option<(usize, usize, usize)> {
+    for (l, arrays) in levels.iter().enumerate() {
+        for i in 0..arrays.len() {
+            for j in i + 1..arrays.len() {
+                if arrays[i].meets(&arrays[j]) {
+                    return Some((l, i, j));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Whether no level holds two arrays with intersecting version sets.
+pub fn stratified(levels: &[Vec<ArrayInfo>]) -> bool {
+    next_merge(levels).is_none()
+}
+
+/// For each version of `w_set` (ascending), the indices of the entries (`entries` in
+/// `Entry::order`) live at it. Versions that see nothing are left out.
+pub fn live_sets(
+    entries: &[Entry],
+    w_set: &[Version],
+    tree: &VersionTree,
+) -> Vec<(Version, Vec<usize>)> {
+    let ancestries: Vec<HashSet<Version>> = w_set
+        .iter()
+        .map(|&w| tree.ancestry(w).into_iter().collect())
+        .collect();
+    let mut live: Vec<Vec<usize>> = vec![Vec::new(); w_set.len()];
+    let mut start = 0;
+    while start < entries.len() {
+        let mut end = start + 1;
+        while end < entries.len() && entries[end].key == entries[start].key {
+            end += 1;
+        }
+        for (wi, anc) in ancestries.iter().enumerate() {
+            if let Some(i) = (start..end).find(|&i| anc.contains(&entries[i].version)) {
+                live[wi].push(i);
+            }
+        }
+        start = end;
+    }
+    w_set
+        .iter()
+        .copied()
+        .zip(live)
+        .filter(|(_, l)| !l.is_empty())
+        .collect()
+}
+
+/// Of the `kept` entries (a merge over every entry there is, after liveness), the tombstones
+/// that hide no kept value: none of their key's kept values is at a proper ancestor of the
+/// tombstone's version. Without them a read finds only other such tombstones or nothing, the
+/// same answer, so a merge that sees every entry may drop them (Castle's rule, for the case
+/// where the merge holds everything). Returns their indices.
+pub fn bare_tombstones(
+    entries: &[Entry],
+    kept: &BTreeSet<usize>,
+    tree: &VersionTree,
+) -> BTreeSet<usize> {
+    let mut out = BTreeSet::new();
+    let mut start = 0;
+    while start < entries.len() {
+        let mut end = start + 1;
+        while end < entries.len() && entries[end].key == entries[start].key {
+            end += 1;
+        }
+        let values: Vec<Version> = (start..end)
+            .filter(|i| kept.contains(i) && entries[*i].value.is_some())
+            .map(|i| entries[i].version)
+            .collect();
+        for (i, e) in entries.iter().enumerate().take(end).skip(start) {
+            let x = e.version;
+            if kept.contains(&i)
+                && e.value.is_none()
+                && !values
+                    .iter()
+                    .any(|&y| y != x && tree.is_ancestor_or_self(y, x))
+            {
+                out.insert(i);
+            }
+        }
+        start = end;
+    }
+    out
+}
+
+/// One output array of a split: the versions it serves and the entries it holds (indices,
+/// ascending).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Piece {
+    pub versions: Vec<Version>,
+    pub entries: Vec<usize>,
+}
+
+/// Whether each version's live count is at least `DENSITY` of `total`.
+fn dense(min_live: usize, total: usize) -> bool {
+    min_live * DENSITY_DEN >= total * DENSITY_NUM
+}
+
+/// The density of a piece: each of its versions' live counts against its entries.
+pub fn piece_is_dense(piece: &Piece, live: &BTreeMap<Version, usize>) -> bool {
+    let min = piece.versions.iter().map(|v| live[v]).min().unwrap_or(0);
+    dense(min, piece.entries.len())
+}
+
+/// A piece being grown: its versions and the union of their live entries.
+type Partial = (Vec<Version>, BTreeSet<usize>);
+
+/// Split W (the versions of `live`, from `live_sets`) into dense pieces (seed 003's density
+/// amplification, the greedy of the reference digest): visit W's versions children first; a
+/// version's piece is itself with its children's uncut pieces; while that is not dense, cut
+/// off the child piece with the most entries as an output of its own. A single version's piece
+/// is always dense (it sees all of it), so every output is dense. Pieces of the roots of W's
+/// forest are outputs too.
+pub fn split(live: &[(Version, Vec<usize>)], tree: &VersionTree) -> Vec<Piece> {
+    let w_set: BTreeSet<Version> = live.iter().map(|(v, _)| *v).collect();
+    let counts: BTreeMap<Version, usize> = live.iter().map(|(v, l)| (*v, l.len())).collect();
+    // Each version's nearest proper ancestor within W.
+    let up = |v: Version| {
+        tree.ancestry(v)
+            .into_iter()
+            .skip(1)
+            .find(|a| w_set.contains(a))
+    };
+    let mut waiting: BTreeMap<Version, Vec<Partial>> = BTreeMap::new();
+    let mut out = Vec::new();
+    // A child's number is above its parent's: descending order visits children first.
+    for (v, own) in live.iter().rev() {
+        let mut children = waiting.remove(v).unwrap_or_default();
+        let piece = loop {
+            let mut versions = vec![*v];
+            let mut entries: BTreeSet<usize> = own.iter().copied().collect();
+            for (cv, ce) in &children {
+                versions.extend(cv);
+                entries.extend(ce);
+            }
+            let min = versions.iter().map(|x| counts[x]).min().unwrap_or(0);
+            if dense(min, entries.len()) || children.is_empty() {
+                break (versions, entries);
+            }
+            let biggest = (0..children.len())
+                .max_by_key(|&i| children[i].1.len())
+                .expect("not empty");
+            let (cv, ce) = children.swap_remove(biggest);
+            out.push(to_piece(cv, ce));
+        };
+        match up(*v) {
+            Some(p) => waiting.entry(p).or_default().push(piece),
+            None => out.push(to_piece(piece.0, piece.1)),
+        }
+    }
+    debug_assert!(waiting.is_empty());
+    out
+}
+
+fn to_piece(mut versions: Vec<Version>, entries: BTreeSet<usize>) -> Piece {
+    versions.sort_unstable();
+    Piece {
+        versions,
+        entries: entries.into_iter().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::versions::ROOT;
+
+    fn e(k: u8, version: Version) -> Entry {
+        Entry {
+            key: vec![k],
+            version,
+            seq: 0,
+            value: Some(vec![k]),
+        }
+    }
+
+    fn info(id: NodeId, versions: &[Version]) -> ArrayInfo {
+        ArrayInfo {
+            id,
+            entries: 4,
+            bytes: 0,
+            versions: versions.to_vec(),
+        }
+    }
+
+    #[test]
+    fn levels_double_and_intersecting_arrays_merge_lowest_first() {
+        assert_eq!(
+            (0..6).map(|n| level_for(n * 4, 4)).collect::<Vec<_>>(),
+            vec![0, 0, 1, 1, 2, 2]
+        );
+        let levels = vec![
+            vec![info(1, &[1, 2]), info(2, &[3])],
+            vec![info(3, &[1]), info(4, &[0, 1])],
+        ];
+        assert_eq!(next_merge(&levels), Some((1, 0, 1)));
+        assert!(!stratified(&levels));
+        assert!(stratified(&levels[..1]));
+    }
+
+    #[test]
+    fn liveness_takes_the_nearest_entry_per_key_and_version() {
+        let mut t = VersionTree::new();
+        let a = t.clone_version(ROOT).unwrap(); // 1
+        let b = t.clone_version(ROOT).unwrap(); // 2
+                                                // key 1 written at root and rewritten at a; key 2 only at b.
+        let entries = vec![e(1, a), e(1, ROOT), e(2, b)];
+        let live = live_sets(&entries, &[ROOT, a, b], &t);
+        assert_eq!(live, vec![(ROOT, vec![1]), (a, vec![0]), (b, vec![1, 2])]);
+    }
+
+    /// Two sibling leaves that each rewrote every key, under a root that wrote two: the root
+    /// sees 2 of the union's 22 entries and either leaf 10, so each ends in an array of its
+    /// own.
+    #[test]
+    fn a_sparse_array_splits_into_dense_subtree_pieces() {
+        let mut t = VersionTree::new();
+        let a = t.clone_version(ROOT).unwrap();
+        let b = t.clone_version(ROOT).unwrap();
+        let mut entries = Vec::new();
+        for k in 0..10u8 {
+            entries.push(e(k, b));
+            entries.push(e(k, a));
+            if k < 2 {
+                entries.push(e(k, ROOT));
+            }
+        }
+        entries.sort_by(|x, y| x.order(y));
+        let live = live_sets(&entries, &[ROOT, a, b], &t);
+        let counts: BTreeMap<Version, usize> = live.iter().map(|(v, l)| (*v, l.len())).collect();
+        let pieces = split(&live, &t);
+        let mut served: Vec<Version> = pieces.iter().flat_map(|p| p.versions.clone()).collect();
+        served.sort_unstable();
+        assert_eq!(served, vec![ROOT, a, b], "the pieces partition W");
+        assert!(pieces.len() >= 2, "{pieces:?}");
+        for p in &pieces {
+            assert!(piece_is_dense(p, &counts), "{p:?}");
+            // Each version's live entries are all in its piece.
+            for v in &p.versions {
+                let (_, l) = live.iter().find(|(x, _)| x == v).unwrap();
+                assert!(l.iter().all(|i| p.entries.contains(i)));
+            }
+        }
+        // A dense array stays whole.
+        let one = live_sets(&entries, &[a], &t);
+        assert_eq!(split(&one, &t).len(), 1);
+    }
+}

@@ -1,0 +1,706 @@
+//! The versioned dictionary against its reference, for both engines behind `VersionedDb`:
+//! random clones, puts, deletes, point and range reads (both directions), diffs and version
+//! deletes, compared after every step with `VersionedMap` (a map per version), with
+//! checkpoints, clean reopens and power losses (a simulated disk that loses every unsynced
+//! write, or keeps a random part of them) mixed in. The engines run tiny: the SDA with a
+//! 200-byte buffer and level-0 arrays of 2 entries (flushes, merges and density splits all the
+//! time), the CoW B-tree with 4-entry leaves, fanout 4 and a 16 KiB pool (splits, shadowing
+//! and eviction all the time).
+//!
+//! Asserted: every read equals the reference's; a change the reference refuses is refused
+//! with the same error kind and changes nothing; with `Durability::Sync` a power loss loses
+//! no acknowledged change, with `Durability::None` it leaves some prefix of the changes, at
+//! least through the last checkpoint or close; after every reopen `check` passes (checksums,
+//! the SDA's density and stratification, the CoW B-tree's reference counts, no leaked block)
+//! and every live version's contents match. Then IO faults at many points of a run (crash,
+//! failure once, torn write), the bad-input cases one by one, and edge cases. `long_sim` is
+//! `#[ignore]`d (about two minutes).
+
+use std::ops::Bound::{self, Excluded, Included, Unbounded};
+
+use proptest::prelude::*;
+use strata::storage::SimEnv;
+use strata::{
+    CowConfig, Db, Durability, Error, Options, SdaConfig, Version, VersionInfo, VersionedDb,
+    VersionedEngineOptions, VersionedMap, VersionedOptions, ROOT_VERSION,
+};
+
+/// The two engines behind `VersionedDb`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Sda,
+    Cow,
+}
+
+const KINDS: [Kind; 2] = [Kind::Sda, Kind::Cow];
+
+fn opts(kind: Kind, durability: Durability) -> VersionedOptions {
+    let engine = match kind {
+        // Smaller still than `tiny`: a flush every few writes, merges and splits all the time.
+        Kind::Sda => VersionedEngineOptions::Sda(SdaConfig {
+            buffer_bytes: 200,
+            level0_entries: 2,
+            block_bytes: 128,
+            ..SdaConfig::tiny()
+        }),
+        // Leaves of 4 entries and a pool of 16 KiB: splits, shadowing and eviction throughout.
+        Kind::Cow => VersionedEngineOptions::Cow(CowConfig::tiny()),
+    };
+    VersionedOptions {
+        engine,
+        durability,
+        checkpoint_wal_bytes: 8 << 10,
+        ..VersionedOptions::default()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    /// Versions are picked by index among the live ones (or the deleted ones, `Bad*`) when the
+    /// step runs.
+    Put(usize, u8, u16),
+    Delete(usize, u8),
+    Clone(usize),
+    DeleteVersion(usize),
+    Get(usize, u8),
+    Range(usize, u8, u8, bool),
+    Diff(usize, usize),
+    /// A write to a deleted version, or one never made.
+    BadPut(usize, u8),
+    Checkpoint,
+    Reopen,
+    /// Drop without closing, then a power loss: every unsynced write lost (None) or a random
+    /// part of them kept, per page (the seed). With `Durability::None` the database comes back
+    /// as some prefix of the changes, at least through the last checkpoint or close.
+    PowerLoss(Option<u64>),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let v = 0..64usize;
+    prop_oneof![
+        30 => (v.clone(), 0..24u8, any::<u16>()).prop_map(|(v, k, x)| Step::Put(v, k, x)),
+        8 => (v.clone(), 0..24u8).prop_map(|(v, k)| Step::Delete(v, k)),
+        6 => v.clone().prop_map(Step::Clone),
+        3 => v.clone().prop_map(Step::DeleteVersion),
+        10 => (v.clone(), 0..24u8).prop_map(|(v, k)| Step::Get(v, k)),
+        6 => (v.clone(), 0..24u8, 0..24u8, any::<bool>())
+            .prop_map(|(v, a, b, r)| Step::Range(v, a, b, r)),
+        2 => (v.clone(), v.clone()).prop_map(|(a, b)| Step::Diff(a, b)),
+        2 => (v.clone(), 0..24u8).prop_map(|(v, k)| Step::BadPut(v, k)),
+        1 => Just(Step::Checkpoint),
+        1 => Just(Step::Reopen),
+        1 => proptest::option::of(any::<u64>()).prop_map(Step::PowerLoss),
+    ]
+}
+
+fn key(k: u8) -> Vec<u8> {
+    format!("key{k:02}").into_bytes()
+}
+
+/// A value of a few to a few hundred bytes, so buffers fill at different rates.
+fn value(x: u16) -> Vec<u8> {
+    let len = 1 + (x as usize % 7) * (x as usize % 40);
+    let mut v = format!("{x}:").into_bytes();
+    v.resize(len.max(v.len()), b'.');
+    v
+}
+
+fn same_outcome<T: PartialEq + std::fmt::Debug>(
+    got: strata::Result<T>,
+    want: strata::Result<T>,
+    what: &str,
+) -> Result<(), TestCaseError> {
+    match (got, want) {
+        (Ok(g), Ok(w)) => prop_assert_eq!(g, w, "{}", what),
+        (Err(Error::BadVersion { .. }), Err(Error::BadVersion { .. })) => {}
+        (g, w) => prop_assert!(false, "{}: got {:?}, the reference {:?}", what, g, w),
+    }
+    Ok(())
+}
+
+fn bounds(a: u8, b: u8) -> (Vec<u8>, Vec<u8>) {
+    (key(a.min(b)), key(a.max(b)))
+}
+
+/// Every live version's whole contents, and `check`.
+fn all_match(db: &VersionedDb, m: &VersionedMap) -> Result<(), TestCaseError> {
+    db.check().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let live: Vec<Version> = m.versions().live().collect();
+    let got: Vec<Version> = db
+        .versions()
+        .unwrap()
+        .iter()
+        .filter(|i| !i.deleted)
+        .map(|i| i.version)
+        .collect();
+    prop_assert_eq!(&got, &live);
+    for v in live {
+        let got: Vec<_> = db.range_at::<&[u8], _>(v, ..).unwrap().collect();
+        prop_assert_eq!(
+            got,
+            m.range_at(v, Unbounded, Unbounded).unwrap(),
+            "version {}",
+            v
+        );
+    }
+    Ok(())
+}
+
+fn run(kind: Kind, steps: Vec<Step>, durability: Durability) -> Result<(), TestCaseError> {
+    let env = SimEnv::new();
+    let mut db = VersionedDb::open_in(&env, opts(kind, durability)).unwrap();
+    let mut m = VersionedMap::new();
+    let mut gone: Vec<Version> = Vec::new();
+    // The changes the reference accepted, and how many of them are surely durable.
+    let mut history: Vec<Step> = Vec::new();
+    let mut durable = 0;
+    for (i, s) in steps.into_iter().enumerate() {
+        let live: Vec<Version> = m.versions().live().collect();
+        let pick = |x: usize| live[x % live.len()];
+        match s {
+            Step::Put(..) | Step::Delete(..) | Step::Clone(..) | Step::DeleteVersion(..) => {
+                // Resolve the version, then apply to both; keep what the reference accepted.
+                let r = match s {
+                    Step::Put(v, k, x) => Step::Put(pick(v) as usize, k, x),
+                    Step::Delete(v, k) => Step::Delete(pick(v) as usize, k),
+                    Step::Clone(v) => Step::Clone(pick(v) as usize),
+                    // Keep one live version, so that the run goes on.
+                    Step::DeleteVersion(_) if live.len() < 2 => continue,
+                    Step::DeleteVersion(v) => Step::DeleteVersion(pick(v) as usize),
+                    _ => unreachable!(),
+                };
+                let want = try_model(&mut m, &r);
+                let accepted = want.is_ok();
+                same_outcome(apply_db(&db, &r), want, "change")?;
+                if accepted {
+                    if let Step::DeleteVersion(v) = r {
+                        gone.push(v as Version);
+                    }
+                    history.push(r);
+                }
+            }
+            Step::Get(v, k) => {
+                let v = pick(v);
+                same_outcome(db.get_at(v, key(k)), m.get_at(v, &key(k)), "get")?;
+            }
+            Step::Range(v, a, b, rev) => {
+                let v = pick(v);
+                let (lo, hi) = bounds(a, b);
+                let want = m.range_at(v, Included(&lo[..]), Excluded(&hi[..])).unwrap();
+                let it = db.range_at(v, lo.clone()..hi.clone()).unwrap();
+                if rev {
+                    let got: Vec<_> = it.rev().collect();
+                    let mut want = want;
+                    want.reverse();
+                    prop_assert_eq!(got, want, "range rev at step {}", i);
+                } else {
+                    prop_assert_eq!(it.collect::<Vec<_>>(), want, "range at step {}", i);
+                }
+            }
+            Step::Diff(a, b) => {
+                let (a, b) = (pick(a), pick(b));
+                same_outcome(
+                    db.diff(a, b),
+                    m.diff(a, b, Bound::Unbounded, Bound::Unbounded),
+                    "diff",
+                )?;
+            }
+            Step::BadPut(v, k) => {
+                // A power loss may have taken back a delete, and a clone may since have made
+                // the same number again.
+                gone = m_gone(&m, &gone);
+                let v = if gone.is_empty() {
+                    1_000_000 + v as u64
+                } else {
+                    gone[v % gone.len()]
+                };
+                let got = db.put_at(v, key(k), b"x");
+                prop_assert!(
+                    matches!(got, Err(Error::BadVersion { version, .. }) if version == v),
+                    "{:?}",
+                    got
+                );
+                prop_assert!(m.put_at(v, &key(k), b"x").is_err());
+            }
+            Step::Checkpoint => {
+                db.checkpoint().unwrap();
+                durable = history.len();
+            }
+            Step::Reopen => {
+                db.close().unwrap();
+                durable = history.len();
+                db = VersionedDb::open_in(&env, opts(kind, durability)).unwrap();
+                all_match(&db, &m)?;
+            }
+            Step::PowerLoss(seed) => {
+                drop(db);
+                match seed {
+                    None => env.crash(),
+                    Some(seed) => env.power_cut(seed),
+                }
+                db = VersionedDb::open_in(&env, opts(kind, durability)).unwrap();
+                if durability == Durability::Sync {
+                    // Every acknowledged change was synced.
+                    all_match(&db, &m)?;
+                } else {
+                    // Some prefix of the changes, at least through the last durable point.
+                    let got = dump(&db);
+                    let mut prefix = VersionedMap::new();
+                    for r in &history[..durable] {
+                        try_model(&mut prefix, r).unwrap();
+                    }
+                    let mut n = durable;
+                    while dump_model(&prefix) != got {
+                        prop_assert!(n < history.len(), "no prefix of the changes matches");
+                        try_model(&mut prefix, &history[n]).unwrap();
+                        n += 1;
+                    }
+                    history.truncate(n);
+                    durable = n;
+                    m = prefix;
+                    db.check().map_err(|e| TestCaseError::fail(e.to_string()))?;
+                }
+            }
+        }
+    }
+    all_match(&db, &m)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn prop_sda_sync(steps in proptest::collection::vec(step(), 1..300)) {
+        run(Kind::Sda, steps, Durability::Sync)?;
+    }
+
+    #[test]
+    fn prop_sda_none(steps in proptest::collection::vec(step(), 1..300)) {
+        run(Kind::Sda, steps, Durability::None)?;
+    }
+
+    #[test]
+    fn prop_cow_sync(steps in proptest::collection::vec(step(), 1..300)) {
+        run(Kind::Cow, steps, Durability::Sync)?;
+    }
+
+    #[test]
+    fn prop_cow_none(steps in proptest::collection::vec(step(), 1..300)) {
+        run(Kind::Cow, steps, Durability::None)?;
+    }
+}
+
+/// Longer sequences, more of them, both engines and both durabilities: about two minutes.
+#[test]
+#[ignore]
+fn long_sim() {
+    for (kind, durability) in KINDS
+        .into_iter()
+        .flat_map(|k| [(k, Durability::Sync), (k, Durability::None)])
+    {
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+            cases: 256,
+            ..ProptestConfig::default()
+        });
+        runner
+            .run(&proptest::collection::vec(step(), 200..1500), |s| {
+                run(kind, s, durability)
+            })
+            .unwrap();
+    }
+}
+
+#[test]
+fn bad_versions_are_refused_and_change_nothing() {
+    for kind in KINDS {
+        each_bad_versions_are_refused_and_change_nothing(kind);
+    }
+}
+
+fn each_bad_versions_are_refused_and_change_nothing(kind: Kind) {
+    let env = SimEnv::new();
+    let db = VersionedDb::open_in(&env, opts(kind, Durability::Sync)).unwrap();
+    db.put_at(ROOT_VERSION, "a", "1").unwrap();
+    let child = db.clone_version(ROOT_VERSION).unwrap();
+    let io_before = db.data_io();
+    let is_bad = |r: strata::Result<()>, v: Version, why: &str| match r {
+        Err(Error::BadVersion { version, why: w }) => {
+            assert_eq!(version, v);
+            assert!(w.contains(why), "{w}");
+        }
+        other => panic!("{other:?}"),
+    };
+    // The root was cloned: internal, read-only.
+    is_bad(db.put_at(ROOT_VERSION, "a", "2"), ROOT_VERSION, "internal");
+    is_bad(db.delete_at(ROOT_VERSION, "a"), ROOT_VERSION, "internal");
+    // Never made.
+    is_bad(db.put_at(77, "a", "2"), 77, "no such version");
+    is_bad(db.get_at(77, "a").map(|_| ()), 77, "no such version");
+    is_bad(db.clone_version(77).map(|_| ()), 77, "no such version");
+    is_bad(db.delete_version(77), 77, "no such version");
+    is_bad(
+        db.range_at::<&str, _>(77, ..).map(|_| ()),
+        77,
+        "no such version",
+    );
+    is_bad(db.diff(ROOT_VERSION, 77).map(|_| ()), 77, "no such version");
+    // Deleted.
+    db.delete_version(child).unwrap();
+    is_bad(db.put_at(child, "a", "2"), child, "deleted");
+    is_bad(db.get_at(child, "a").map(|_| ()), child, "deleted");
+    is_bad(db.delete_version(child), child, "deleted");
+    // Too large a key.
+    let other = db.clone_version(ROOT_VERSION).unwrap();
+    assert!(matches!(
+        db.put_at(other, vec![0u8; 5000], "v"),
+        Err(Error::KeyTooLarge { .. })
+    ));
+    assert_eq!(db.data_io().writes, io_before.writes, "nothing written");
+    assert_eq!(db.get_at(ROOT_VERSION, "a").unwrap(), Some(b"1".to_vec()));
+    // Nothing refused reached the log either: a reopen replays the same state.
+    drop(db);
+    env.crash();
+    let db = VersionedDb::open_in(&env, opts(kind, Durability::Sync)).unwrap();
+    let versions: Vec<(Version, bool)> = db
+        .versions()
+        .unwrap()
+        .iter()
+        .map(|i| (i.version, i.leaf))
+        .collect();
+    assert_eq!(versions, vec![(ROOT_VERSION, false), (other, true)]);
+    assert_eq!(db.get_at(other, "a").unwrap(), Some(b"1".to_vec()));
+    db.check().unwrap();
+}
+
+#[test]
+fn clones_isolate_writes_and_ranges_run_both_ways() {
+    for kind in KINDS {
+        each_clones_isolate_writes_and_ranges_run_both_ways(kind);
+    }
+}
+
+fn each_clones_isolate_writes_and_ranges_run_both_ways(kind: Kind) {
+    let env = SimEnv::new();
+    let db = VersionedDb::open_in(&env, opts(kind, Durability::None)).unwrap();
+    for k in 0..100u32 {
+        db.put_at(ROOT_VERSION, format!("{k:03}"), format!("r{k}"))
+            .unwrap();
+    }
+    let a = db.clone_version(ROOT_VERSION).unwrap();
+    let b = db.clone_version(ROOT_VERSION).unwrap();
+    for k in (0..100u32).step_by(3) {
+        db.put_at(a, format!("{k:03}"), format!("a{k}")).unwrap();
+    }
+    for k in (0..100u32).step_by(5) {
+        db.delete_at(b, format!("{k:03}")).unwrap();
+    }
+    let snap = db.clone_version(a).unwrap();
+    assert_eq!(
+        db.get_at(ROOT_VERSION, "003").unwrap(),
+        Some(b"r3".to_vec())
+    );
+    assert_eq!(db.get_at(a, "003").unwrap(), Some(b"a3".to_vec()));
+    assert_eq!(db.get_at(snap, "003").unwrap(), Some(b"a3".to_vec()));
+    assert_eq!(db.get_at(b, "005").unwrap(), None);
+    assert_eq!(db.get_at(b, "003").unwrap(), Some(b"r3".to_vec()));
+    let fwd: Vec<_> = db.range_at(b, "010".."020").unwrap().map(|e| e.0).collect();
+    let mut back: Vec<_> = db
+        .range_at(b, "010".."020")
+        .unwrap()
+        .rev()
+        .map(|e| e.0)
+        .collect();
+    back.reverse();
+    assert_eq!(fwd, back);
+    assert_eq!(fwd.len(), 8, "10 keys less 010 and 015");
+    let d = db.diff(a, b).unwrap();
+    // Keys rewritten at a (34) or deleted at b (20), less the 7 multiples of 15 that are both.
+    assert_eq!(d.len(), 34 + 20 - 7);
+    assert!(d.windows(2).all(|w| w[0].0 < w[1].0));
+    let st = db.stats().unwrap();
+    assert!(
+        match kind {
+            Kind::Sda => st.detail("merges") > 0 && st.detail("flushes") > 0,
+            Kind::Cow => st.detail("copies") > 0 && st.detail("shared_nodes") > 0,
+        },
+        "{st:?}"
+    );
+    db.check().unwrap();
+}
+
+#[test]
+fn a_db_directory_is_not_a_versioned_one_and_back() {
+    let kind = Kind::Cow;
+    let env = SimEnv::new();
+    Db::open_in(&env, Options::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    assert!(matches!(
+        VersionedDb::open_in(&env, opts(kind, Durability::Sync)),
+        Err(Error::NotADatabase { .. })
+    ));
+    let env = SimEnv::new();
+    VersionedDb::open_in(&env, opts(kind, Durability::Sync))
+        .unwrap()
+        .close()
+        .unwrap();
+    let err = Db::open_in(&env, Options::default())
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("engine tag"), "{err}");
+}
+
+/// Everything a database shows: the version tree (ghosts and the next clone's number
+/// included, which tell apart states with the same live contents), and each live version's
+/// whole contents.
+type Dump = (
+    Vec<VersionInfo>,
+    Version,
+    Vec<(Version, Vec<(Vec<u8>, Vec<u8>)>)>,
+);
+
+fn dump(db: &VersionedDb) -> Dump {
+    let versions = db.versions().unwrap();
+    let contents = versions
+        .iter()
+        .filter(|i| !i.deleted)
+        .map(|i| {
+            (
+                i.version,
+                db.range_at::<&[u8], _>(i.version, ..).unwrap().collect(),
+            )
+        })
+        .collect();
+    (versions, db.next_version().unwrap(), contents)
+}
+
+fn dump_model(m: &VersionedMap) -> Dump {
+    let contents = m
+        .versions()
+        .live()
+        .map(|v| (v, m.range_at(v, Unbounded, Unbounded).unwrap()))
+        .collect();
+    (
+        m.versions().versions(),
+        m.versions().next_version(),
+        contents,
+    )
+}
+
+/// One change, picked by a deterministic generator among those the model accepts.
+fn random_change(rng: &mut u64, m: &VersionedMap) -> Step {
+    *rng ^= *rng << 13;
+    *rng ^= *rng >> 7;
+    *rng ^= *rng << 17;
+    let r = *rng;
+    let leaves: Vec<Version> = m
+        .versions()
+        .versions()
+        .iter()
+        .filter(|i| i.leaf)
+        .map(|i| i.version)
+        .collect();
+    if leaves.is_empty() {
+        // Every leaf deleted: a clone of an internal version makes one.
+        let live: Vec<Version> = m.versions().live().collect();
+        return Step::Clone(live[(r >> 8) as usize % live.len()] as usize);
+    }
+    let leaf = leaves[(r >> 8) as usize % leaves.len()];
+    match r % 100 {
+        0..=69 => Step::Put(leaf as usize, (r >> 20) as u8 % 24, (r >> 32) as u16),
+        70..=84 => Step::Delete(leaf as usize, (r >> 20) as u8 % 24),
+        85..=95 => Step::Clone(leaf as usize),
+        _ if m.versions().live().count() > 2 => Step::DeleteVersion(leaf as usize),
+        _ => Step::Clone(leaf as usize),
+    }
+}
+
+/// Apply `s` (whose numbers are versions, not indices) to the database, or to the model.
+fn apply_db(db: &VersionedDb, s: &Step) -> strata::Result<()> {
+    match *s {
+        Step::Put(v, k, x) => db.put_at(v as u64, key(k), value(x)),
+        Step::Delete(v, k) => db.delete_at(v as u64, key(k)),
+        Step::Clone(v) => db.clone_version(v as u64).map(|_| ()),
+        Step::DeleteVersion(v) => db.delete_version(v as u64),
+        _ => unreachable!("changes only"),
+    }
+}
+
+/// Versions of `gone` that the reference now refuses (after a power loss that took back
+/// some version deletes, a version may be live again).
+fn m_gone(m: &VersionedMap, gone: &[Version]) -> Vec<Version> {
+    gone.iter()
+        .copied()
+        .filter(|&v| m.versions().check_live(v).is_err())
+        .collect()
+}
+
+/// Apply `s` (whose numbers are versions) to the reference, as the database would.
+fn try_model(m: &mut VersionedMap, s: &Step) -> strata::Result<()> {
+    match *s {
+        Step::Put(v, k, x) => m.put_at(v as u64, &key(k), &value(x)),
+        Step::Delete(v, k) => m.delete_at(v as u64, &key(k)),
+        Step::Clone(v) => m.clone_version(v as u64).map(|_| ()),
+        Step::DeleteVersion(v) => m.delete_version(v as u64),
+        _ => unreachable!("changes only"),
+    }
+}
+
+fn apply_model(m: &mut VersionedMap, s: &Step) {
+    match *s {
+        Step::Put(v, k, x) => m.put_at(v as u64, &key(k), &value(x)).unwrap(),
+        Step::Delete(v, k) => m.delete_at(v as u64, &key(k)).unwrap(),
+        Step::Clone(v) => {
+            m.clone_version(v as u64).unwrap();
+        }
+        Step::DeleteVersion(v) => m.delete_version(v as u64).unwrap(),
+        _ => unreachable!("changes only"),
+    }
+}
+
+/// A fault at IO number n of a run, for n over 44 points (flushes, merges, checkpoints and log
+/// appends alike): a process crash (that IO and every later one fail), sometimes with a power
+/// loss; an IO that fails once, then a power loss; or a torn write (a prefix of its sectors
+/// lands, the write fails), then a power loss. The change that met the fault fails, the
+/// database refuses changes after it, and a reopen shows every acknowledged change and the
+/// failed one wholly or not at all.
+#[test]
+fn a_fault_at_any_io_keeps_every_acknowledged_change() {
+    for kind in KINDS {
+        each_a_fault_at_any_io_keeps_every_acknowledged_change(kind);
+    }
+}
+
+fn each_a_fault_at_any_io_keeps_every_acknowledged_change(kind: Kind) {
+    let mut failures = 0;
+    for n in (1..400u64).step_by(9) {
+        let env = SimEnv::new();
+        let db = VersionedDb::open_in(&env, opts(kind, Durability::Sync)).unwrap();
+        let mut m = VersionedMap::new();
+        let mut rng = 0x2545_f491_4f6c_dd1d ^ n;
+        for _ in 0..40 {
+            let s = random_change(&mut rng, &m);
+            apply_db(&db, &s).unwrap();
+            apply_model(&mut m, &s);
+        }
+        let fault = n % 4;
+        match fault {
+            0 | 1 => env.disk().kill_at_io(n),
+            2 => env.disk().fail_io_after(n, false),
+            _ => env.disk().tear_write_after(1 + n / 8, (n % 8) as usize),
+        }
+        let mut failed = None;
+        for _ in 0..200 {
+            let s = random_change(&mut rng, &m);
+            match apply_db(&db, &s) {
+                Ok(()) => apply_model(&mut m, &s),
+                Err(e) => {
+                    assert!(
+                        matches!(e, Error::Io { .. } | Error::Poisoned { .. }),
+                        "{e:?}"
+                    );
+                    failed = Some(s);
+                    break;
+                }
+            }
+        }
+        let Some(failed) = failed else { continue };
+        failures += 1;
+        assert!(
+            matches!(
+                apply_db(&db, &Step::Clone(0)),
+                Err(Error::Poisoned { .. } | Error::Io { .. })
+            ),
+            "refused after a failure"
+        );
+        drop(db);
+        if fault == 1 {
+            // A process crash alone: what was written stays.
+            env.disk().clear_faults();
+        } else {
+            env.crash();
+        }
+        let db = VersionedDb::open_in(&env, opts(kind, Durability::Sync)).unwrap();
+        db.check().unwrap();
+        let got = dump(&db);
+        if got != dump_model(&m) {
+            apply_model(&mut m, &failed);
+            assert_eq!(
+                got,
+                dump_model(&m),
+                "{kind:?}, fault {fault} at {n}: neither without nor with {failed:?}"
+            );
+        }
+        // It takes changes again.
+        let live = m.versions().live().next().expect("a live version");
+        assert_eq!(
+            db.clone_version(live).unwrap(),
+            m.clone_version(live).unwrap()
+        );
+    }
+    assert!(failures > 30, "only {failures} runs met their fault");
+}
+
+/// Values far larger than a block or a node, and the empty key, through flushes, merges,
+/// splits and a reopen.
+#[test]
+fn large_values_and_the_empty_key_round_trip() {
+    for kind in KINDS {
+        let env = SimEnv::new();
+        let db = VersionedDb::open_in(&env, opts(kind, Durability::None)).unwrap();
+        let big = |i: u8| vec![i; 300_000 + i as usize];
+        for i in 0..6u8 {
+            db.put_at(ROOT_VERSION, [i], big(i)).unwrap();
+        }
+        db.put_at(ROOT_VERSION, b"", b"empty").unwrap();
+        let a = db.clone_version(ROOT_VERSION).unwrap();
+        db.put_at(a, [2u8], big(9)).unwrap();
+        db.close().unwrap();
+        let db = VersionedDb::open_in(&env, opts(kind, Durability::None)).unwrap();
+        db.check().unwrap();
+        assert_eq!(db.get_at(a, [2u8]).unwrap(), Some(big(9)));
+        assert_eq!(db.get_at(ROOT_VERSION, [2u8]).unwrap(), Some(big(2)));
+        assert_eq!(db.get_at(a, b"").unwrap(), Some(b"empty".to_vec()));
+        let all: Vec<_> = db.range_at::<&[u8], _>(a, ..).unwrap().collect();
+        assert_eq!(all.len(), 7);
+        assert_eq!(all[0].0, b"".to_vec());
+        assert_eq!(all[3], (vec![2u8], big(9)), "{kind:?}");
+    }
+}
+
+/// Deleting every version leaves an empty tree that stays empty across a reopen, with
+/// nothing stored, and every version refused.
+#[test]
+fn deleting_every_version_frees_everything() {
+    for kind in KINDS {
+        let env = SimEnv::new();
+        let db = VersionedDb::open_in(&env, opts(kind, Durability::Sync)).unwrap();
+        for k in 0..50u8 {
+            db.put_at(ROOT_VERSION, key(k), value(k as u16 * 7))
+                .unwrap();
+        }
+        let a = db.clone_version(ROOT_VERSION).unwrap();
+        db.put_at(a, key(1), b"a").unwrap();
+        db.delete_version(ROOT_VERSION).unwrap();
+        assert_eq!(
+            db.get_at(a, key(2)).unwrap(),
+            Some(value(14)),
+            "through the ghost"
+        );
+        db.delete_version(a).unwrap();
+        assert!(db.versions().unwrap().is_empty());
+        db.close().unwrap();
+        let db = VersionedDb::open_in(&env, opts(kind, Durability::Sync)).unwrap();
+        assert!(db.versions().unwrap().is_empty());
+        assert_eq!(db.next_version().unwrap(), a + 1);
+        let report = db.check().unwrap();
+        assert_eq!(report.keys, 0, "{kind:?}");
+        assert!(matches!(
+            db.clone_version(ROOT_VERSION),
+            Err(Error::BadVersion { .. })
+        ));
+        let st = db.stats().unwrap();
+        assert!(st.referenced_bytes <= 8192, "{kind:?}: {st:?}");
+    }
+}
