@@ -238,7 +238,7 @@ impl Subject for Strata {
             },
             Kind::BTree(node) => format!("B+-tree, {} KiB nodes", node >> 10),
             Kind::Lsm(policy, t) => format!(
-                "LSM-tree, {}; merges on the writer's thread",
+                "LSM-tree, {}; merges on a thread of their own, one at a time (writes stall at 2·trigger + 4 level-0 runs)",
                 Self::lsm_config(cfg, policy, t).describe()
             ),
             Kind::Shape(shape) => format!("{shape:?}"),
