@@ -35,13 +35,13 @@ use crate::kv::{Filter, Keys};
 use crate::storage::block::{self, kind, BLOCK_HEADER};
 use crate::storage::{Chunk, NodeId, Pager, Sealed, StoredNode};
 
-/// Nodes up to this size are read whole on a miss: below about the device's half-bandwidth
-/// point (1/α ≈ 60–130 KiB here) a second, partial read costs more than reading the rest.
 /// Block kinds of the Bε-tree's nodes and runs (after the B+-tree's).
 pub const KIND_LEAF: u8 = kind::ENGINE_FIRST + 2;
 pub const KIND_INTERNAL: u8 = kind::ENGINE_FIRST + 3;
 pub const KIND_RUN: u8 = kind::ENGINE_FIRST + 4;
 
+/// Nodes up to this size are read whole on a miss: below about the device's half-bandwidth
+/// point (1/α ≈ 60–130 KiB here) a second, partial read costs more than reading the rest.
 pub const WHOLE_READ_MAX: u64 = 64 << 10;
 
 /// Heap bytes a buffered message costs beyond its encoding, for the cache charge (a message

@@ -85,16 +85,16 @@ impl Table {
     pub fn read_block(&self, pager: &Pager, id: NodeId, i: usize) -> Result<Vec<u8>> {
         let loc = self.blocks[i].loc;
         let bytes = pager.read_part(id, self.block_at(i), loc.len as usize)?;
-        if xxh3_64(&bytes) != loc.sum {
-            return Err(self.block_error(
-                pager.file_name(),
-                pager.offset_of(id),
-                id,
-                i,
-                "checksum mismatch".into(),
-            ));
-        }
+        self.check_sum(pager.file_name(), pager.offset_of(id), id, i, &bytes)?;
         Ok(bytes)
+    }
+
+    /// Block `i`'s bytes against the checksum its index entry holds.
+    fn check_sum(&self, file: &str, base: u64, id: NodeId, i: usize, bytes: &[u8]) -> Result<()> {
+        if xxh3_64(bytes) != self.blocks[i].loc.sum {
+            return Err(self.block_error(file, base, id, i, "checksum mismatch".into()));
+        }
+        Ok(())
     }
 
     /// Corruption in block `i` of table `id`, whose extent starts at `base` in `file`.
@@ -133,9 +133,7 @@ impl Table {
         i: usize,
         bytes: &[u8],
     ) -> Result<Segment> {
-        if xxh3_64(bytes) != self.blocks[i].loc.sum {
-            return Err(self.block_error(file, base, id, i, "checksum mismatch".into()));
-        }
+        self.check_sum(file, base, id, i, bytes)?;
         self.parse_block(file, base, id, i, bytes)
     }
 
