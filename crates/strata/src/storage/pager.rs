@@ -391,6 +391,29 @@ impl Pager {
         Ok((k, buf))
     }
 
+    /// Read node `id`'s block, require `kind`, and decode its payload with `decode`; any failure
+    /// is corruption at the block's extent, named `what` ("LSM manifest").
+    pub fn read_decoded<T>(
+        &self,
+        id: NodeId,
+        kind: u8,
+        what: &str,
+        decode: impl FnOnce(&[u8]) -> std::result::Result<T, String>,
+    ) -> Result<T> {
+        let (k, payload) = self.read_block(id)?;
+        let bad = |why: String| {
+            Error::corruption(
+                self.file_name(),
+                self.offset_of(id),
+                format!("{what}: {why}"),
+            )
+        };
+        if k != kind {
+            return Err(bad(format!("block kind {k}, not kind {kind}")));
+        }
+        decode(&payload).map_err(bad)
+    }
+
     /// Read just the checksummed head of node `id`'s block (its kind and payload), not what
     /// follows it: one read of the first page, and a second only if the head is longer.
     pub fn read_head(&self, id: NodeId) -> Result<(u8, Vec<u8>)> {

@@ -80,18 +80,12 @@ impl CowTree {
 
     pub fn open(pager: Pager, cp: &Checkpoint) -> Result<CowTree> {
         let (cfg, manifest) = format::decode_meta(&cp.engine_meta, pager.file_name())?;
-        let (kind, payload) = pager.read_block(manifest)?;
-        let bad = |what: String| {
-            Error::corruption(
-                pager.file_name(),
-                pager.offset_of(manifest),
-                format!("CoW B-tree manifest: {what}"),
-            )
-        };
-        if kind != node::KIND_MANIFEST {
-            return Err(bad(format!("block kind {kind}, not a manifest")));
-        }
-        let (tree, roots, counts) = format::decode_manifest(&payload).map_err(bad)?;
+        let (tree, roots, counts) = pager.read_decoded(
+            manifest,
+            node::KIND_MANIFEST,
+            "CoW B-tree manifest",
+            format::decode_manifest,
+        )?;
         Ok(CowTree {
             store: NodeStore::new(pager, cfg.cache_bytes),
             cfg,

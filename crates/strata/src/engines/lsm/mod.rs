@@ -176,18 +176,12 @@ impl Lsm {
 
     /// The levels and counters of the manifest block `id`; damage is reported at its offset.
     fn read_manifest(pager: &Pager, id: NodeId) -> Result<(Vec<Level>, Counters)> {
-        let (kind, payload) = pager.read_block(id)?;
-        let bad = |what: String| {
-            Error::corruption(
-                pager.file_name(),
-                pager.offset_of(id),
-                format!("LSM manifest: {what}"),
-            )
-        };
-        if kind != table::KIND_MANIFEST {
-            return Err(bad(format!("block kind {kind}, not a manifest")));
-        }
-        format::decode_manifest(&payload).map_err(bad)
+        pager.read_decoded(
+            id,
+            table::KIND_MANIFEST,
+            "LSM manifest",
+            format::decode_manifest,
+        )
     }
 
     /// Run merges on a thread of their own (the default) or inline (`Options::background_merges`).

@@ -97,18 +97,12 @@ impl Sda {
 
     pub fn open(pager: Pager, cp: &Checkpoint) -> Result<Sda> {
         let (cfg, manifest, next_seq) = format::decode_meta(&cp.engine_meta, pager.file_name())?;
-        let (kind, payload) = pager.read_block(manifest)?;
-        let bad = |what: String| {
-            Error::corruption(
-                pager.file_name(),
-                pager.offset_of(manifest),
-                format!("SDA manifest: {what}"),
-            )
-        };
-        if kind != array::KIND_MANIFEST {
-            return Err(bad(format!("block kind {kind}, not a manifest")));
-        }
-        let parts = format::decode_manifest(&payload).map_err(bad)?;
+        let parts = pager.read_decoded(
+            manifest,
+            array::KIND_MANIFEST,
+            "SDA manifest",
+            format::decode_manifest,
+        )?;
         Ok(Sda::from_parts(pager, cfg, manifest, next_seq, parts))
     }
 
