@@ -39,10 +39,7 @@ use crate::options::{Durability, EngineOptions, Options};
 use crate::storage::{Commit, Device, Env, EnvLock, FileEnv, FileKind, IoStats, Metered, Pager};
 use crate::wal::{self, Reopened, Wal};
 
-pub const DATA_FILE: &str = "strata.data";
-pub const WAL_FILE: &str = "strata.wal";
-/// The log's second file: each checkpoint moves the log from one to the other.
-pub const WAL_FILE_2: &str = "strata.wal.1";
+pub use crate::storage::env::{DATA_FILE, WAL_FILE, WAL_FILE_2};
 
 struct State {
     engine: Box<dyn Engine>,

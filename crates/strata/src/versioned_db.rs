@@ -36,11 +36,7 @@ use crate::options::Durability;
 use crate::storage::{Device, Env, EnvLock, FileEnv, FileKind, IoStats, Metered, Pager};
 use crate::wal::{self, Reopened, Wal};
 
-/// The same files as `Db`'s (db.rs); `Db` is a peer on this floor, so the names are repeated
-/// rather than imported.
-const DATA_FILE: &str = "strata.data";
-const WAL_FILE: &str = "strata.wal";
-const WAL_FILE_2: &str = "strata.wal.1";
+use crate::storage::env::{DATA_FILE, WAL_FILE, WAL_FILE_2};
 
 /// Which versioned engine a new database gets, and its shape (an existing database keeps its
 /// own, named in its superblock).

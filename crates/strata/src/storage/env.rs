@@ -12,6 +12,12 @@ use super::sim::{SimDisk, SimFiles};
 use crate::error::{Error, Result};
 use crate::model::Affine;
 
+/// The files of a database directory (`Db` and `VersionedDb` alike).
+pub const DATA_FILE: &str = "strata.data";
+pub const WAL_FILE: &str = "strata.wal";
+/// The log's second file: each checkpoint moves the log from one to the other.
+pub const WAL_FILE_2: &str = "strata.wal.1";
+
 /// What a device holds; a `FileEnv` opens only data files with O_DIRECT.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileKind {
