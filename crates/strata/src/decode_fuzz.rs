@@ -656,13 +656,24 @@ fn check_segment(input: &[u8]) {
             assert!(s.ranges().iter().all(Msg::is_range));
             for m in points {
                 assert!(s.lookup(&m.key).any(|x| x == m), "lookup misses {m:?}");
+                // A point query walks the raw bytes instead: the same answer.
+                let want: Vec<Msg> = s.lookup(&m.key).cloned().collect();
+                let got = crate::kv::msg::lookup_encoded_with_ranges(input, &m.key);
+                assert_eq!(got.as_ref(), Ok(&want), "raw lookup of {m:?}");
             }
             assert_eq!(s.bytes(), n);
             let mut out = Vec::new();
             s.encode(&mut out);
             assert_eq!(out, input, "re-encoded differently");
         }
-        Err(what) => assert!(!what.is_empty()),
+        Err(what) => {
+            assert!(!what.is_empty());
+            // Walking bytes that do not decode may fail, but says why and never panics.
+            let key = input.get(..8).unwrap_or(input);
+            if let Err(what) = crate::kv::msg::lookup_encoded_with_ranges(input, key) {
+                assert!(!what.is_empty());
+            }
+        }
     }
 }
 
@@ -786,7 +797,7 @@ fn check_betree_extent(input: &[u8]) {
         let (k, head) = block::open(input, owner, "strata.data", 0)?;
         let mut node = BeNode::decode_head(k, head)
             .map_err(|what| Error::corruption("strata.data", 0, what))?;
-        node.install_from(pager, owner, input)?;
+        node.install_from(pager, owner, input, true)?;
         Ok::<_, Error>(node)
     });
     let n = input.len();

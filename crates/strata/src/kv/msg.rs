@@ -416,9 +416,21 @@ impl Segment {
 /// so range deletes, which follow the points, are not looked at: for blocks that hold none (an
 /// LSM-tree's table blocks keep theirs in the table's head).
 pub fn lookup_encoded(p: &[u8], key: &[u8]) -> Result<Vec<Msg>, String> {
+    walk_encoded(p, key, false)
+}
+
+/// As `lookup_encoded`, and the range deletes covering `key` too (what `Segment::lookup`
+/// gives): for segments that may hold them, such as a Bε-tree's buffers and runs.
+pub fn lookup_encoded_with_ranges(p: &[u8], key: &[u8]) -> Result<Vec<Msg>, String> {
+    walk_encoded(p, key, true)
+}
+
+fn walk_encoded(p: &[u8], key: &[u8], ranges: bool) -> Result<Vec<Msg>, String> {
     let mut r = Reader::new(p);
     let np = r.u32()? as usize;
-    r.u32()?;
+    let nr = r.u32()? as usize;
+    // The range deletes lie past every point: walk to them only if there are any.
+    let to_end = ranges && nr > 0;
     let mut found = Vec::new();
     for _ in 0..np {
         let at = r.position();
@@ -427,7 +439,14 @@ pub fn lookup_encoded(p: &[u8], key: &[u8]) -> Result<Vec<Msg>, String> {
         let klen = r.u16()? as usize;
         let k = r.bytes(klen)?;
         match k.cmp(key) {
-            std::cmp::Ordering::Less => match tag {
+            std::cmp::Ordering::Equal => {
+                let mut m = Reader::new(&p[at..]);
+                let msg = Msg::decode(&mut m)?;
+                r.bytes(m.position() - (r.position() - at))?;
+                found.push(msg);
+            }
+            std::cmp::Ordering::Greater if !to_end => break,
+            _ => match tag {
                 1 | 4 => {
                     let n = r.u32()? as usize;
                     r.bytes(n)?;
@@ -438,13 +457,17 @@ pub fn lookup_encoded(p: &[u8], key: &[u8]) -> Result<Vec<Msg>, String> {
                 3 => {}
                 t => return Err(format!("unknown point message tag {t}")),
             },
-            std::cmp::Ordering::Equal => {
-                let mut m = Reader::new(&p[at..]);
-                let msg = Msg::decode(&mut m)?;
-                r.bytes(m.position() - (r.position() - at))?;
-                found.push(msg);
+        }
+    }
+    if to_end {
+        for _ in 0..nr {
+            let m = Msg::decode(&mut r)?;
+            if !m.is_range() {
+                return Err("a point message among the range deletes".into());
             }
-            std::cmp::Ordering::Greater => break,
+            if m.covers(key) {
+                found.push(m);
+            }
         }
     }
     Ok(found)
@@ -492,6 +515,44 @@ mod tests {
             assert_eq!(lookup_encoded(&bytes, &key).unwrap(), want, "key {k}");
         }
         assert!(lookup_encoded(&bytes[..bytes.len() / 2], &199u32.to_be_bytes()).is_err());
+    }
+
+    #[test]
+    fn lookup_with_ranges_in_the_encoding_finds_what_the_decoded_segment_finds() {
+        let key = |k: u32| k.to_be_bytes().to_vec();
+        let mut s = Segment::default();
+        let mut seq = 0;
+        let mut add = |s: &mut Segment, k: u32, body: Body| {
+            seq += 1;
+            s.insert(
+                Msg {
+                    key: key(k),
+                    seq,
+                    body,
+                },
+                None,
+            );
+        };
+        for k in (0u32..120).step_by(2) {
+            add(&mut s, k, Body::Put(Val::Inline(vec![k as u8; 5])));
+        }
+        // Two range deletes, the first covering older puts, then newer messages inside both.
+        add(&mut s, 20, Body::DeleteRange(key(40)));
+        add(&mut s, 60, Body::DeleteRange(key(90)));
+        for k in [25u32, 30, 61, 89] {
+            add(&mut s, k, Body::Upsert(vec![1; 3]));
+        }
+        assert_eq!(s.ranges().len(), 2);
+        let mut bytes = Vec::new();
+        s.encode(&mut bytes);
+        for k in 0u32..125 {
+            let want: Vec<Msg> = s.lookup(&key(k)).cloned().collect();
+            let got = lookup_encoded_with_ranges(&bytes, &key(k)).unwrap();
+            assert_eq!(got, want, "key {k}");
+        }
+        // The points-only walk leaves the range deletes out.
+        assert!(lookup_encoded(&bytes, &key(70)).unwrap().is_empty());
+        assert!(lookup_encoded_with_ranges(&bytes[..bytes.len() - 3], &key(70)).is_err());
     }
 
     #[test]

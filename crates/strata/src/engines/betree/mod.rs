@@ -150,17 +150,35 @@ impl BeTree {
 
     // ---- partitions and values -------------------------------------------------------------
 
-    /// Make partition i of a pinned node resident.
+    /// Make partition i of a pinned node resident, decoded.
     fn load_part(&mut self, pin: &Pin<Block>, i: usize) -> Result<()> {
+        self.fetch_part(pin, i, true)
+    }
+
+    /// Make partition i of a pinned node resident: decoded if `decode`, else a segment may
+    /// stay raw (a point query walks it in place).
+    fn fetch_part(&mut self, pin: &Pin<Block>, i: usize, decode: bool) -> Result<()> {
         let loc = {
             let g = pin.read();
-            if g.loaded(i) {
+            if g.loaded(i) || (!decode && g.present(i)) {
                 return Ok(());
             }
             g.loc(i).expect("an unloaded partition is on disk")
         };
-        let bytes = read_part(self.store.pager(), pin.id(), i, loc)?;
-        let installed = pin.write().install(i, &bytes);
+        let decoded = pin.write().decode_raw(i);
+        let installed = match decoded {
+            Ok(true) => Ok(()),
+            Err(what) => Err(what),
+            Ok(false) => {
+                let bytes = read_part(self.store.pager(), pin.id(), i, loc)?;
+                let mut g = pin.write();
+                if decode {
+                    g.install(i, &bytes)
+                } else {
+                    g.install_raw(i, &bytes)
+                }
+            }
+        };
         installed.map_err(|what| {
             let at = self.store.pager().offset_of(pin.id()) + loc.off as u64;
             Error::corruption(
@@ -173,29 +191,31 @@ impl BeTree {
         Ok(())
     }
 
-    /// Make every partition resident (required before a node is changed): one read of the
-    /// whole extent when more than one partition is missing.
+    /// Make every partition resident and decoded (required before a node is changed): raw
+    /// segments are decoded in place, and one read of the whole extent fetches the rest when
+    /// more than one partition is missing.
     fn load_all(&mut self, pin: &Pin<Block>) -> Result<()> {
-        let missing = {
+        let missing: Vec<usize> = {
             let g = pin.read();
-            (0..g.parts()).filter(|&i| !g.loaded(i)).count()
+            (0..g.parts()).filter(|&i| !g.loaded(i)).collect()
         };
-        match missing {
-            0 => Ok(()),
-            1 => {
-                let i = (0..pin.read().parts())
-                    .find(|&i| !pin.read().loaded(i))
-                    .expect("one missing");
-                self.load_part(pin, i)
-            }
-            _ => {
-                let whole = read_whole(self.store.pager(), pin.id())?;
-                pin.write()
-                    .install_from(self.store.pager(), pin.id(), &whole)?;
-                self.store.recharge(pin);
-                Ok(())
-            }
+        if missing.is_empty() {
+            return Ok(());
         }
+        let absent = {
+            let g = pin.read();
+            missing.iter().filter(|&&i| !g.present(i)).count()
+        };
+        if absent > 1 {
+            let whole = read_whole(self.store.pager(), pin.id())?;
+            pin.write()
+                .install_from(self.store.pager(), pin.id(), &whole, true)?;
+            self.store.recharge(pin);
+        }
+        for i in missing {
+            self.load_part(pin, i)?;
+        }
+        Ok(())
     }
 
     fn read_val(&self, v: &Val) -> Result<Vec<u8>> {

@@ -23,7 +23,9 @@
 //! pivot[i-1] <= k < pivot[i].
 //!
 //! Invariant the engine keeps: a dirty node is fully loaded (a node is written back whole), so
-//! only clean nodes have partitions that are not resident.
+//! only clean nodes have partitions that are not resident. A clean node's segment may also be
+//! held raw: its checked bytes as on disk, undecoded (`Part::raw`), which is all a point query
+//! needs (`kv::msg::lookup_encoded` walks them); it is decoded when the node is to change.
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
@@ -68,10 +70,17 @@ pub struct Loc {
     pub sum: u64,
 }
 
+/// A resident raw segment's bytes beyond its encoding (its box and the allocator's header).
+pub(crate) const RAW_OVERHEAD: usize = 32;
+
 /// A partition: resident (`data`) or only on disk (`loc`), or both when clean and loaded.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Part<T> {
     pub data: Option<T>,
+    /// A clean segment's bytes as at `loc`, checked against its checksum but not decoded: what
+    /// a point query reads, so that answering it allocates nothing per message. Only while
+    /// `data` is None; always None for basements (flat already).
+    pub raw: Option<Box<[u8]>>,
     pub count: u32,
     /// Encoded size; kept current while resident.
     pub bytes: usize,
@@ -82,6 +91,7 @@ impl<T> Part<T> {
     pub fn new(data: T, count: u32, bytes: usize) -> Part<T> {
         Part {
             data: Some(data),
+            raw: None,
             count,
             bytes,
             loc: None,
@@ -242,6 +252,46 @@ impl Block {
         }
     }
 
+    /// Whether partition i is in memory, decoded or raw (reading it needs no IO).
+    pub fn present(&self, i: usize) -> bool {
+        self.loaded(i) || self.raw(i).is_some()
+    }
+
+    /// Partition i's raw bytes, if it is held raw (segments only).
+    pub fn raw(&self, i: usize) -> Option<&[u8]> {
+        match self {
+            Block::Internal(Internal { segs, .. }) | Block::Run(Run { chunks: segs, .. }) => {
+                segs[i].raw.as_deref()
+            }
+            Block::Leaf(_) => None,
+        }
+    }
+
+    /// Keep partition i's checked bytes: raw for a segment, decoded for a basement.
+    pub fn install_raw(&mut self, i: usize, bytes: &[u8]) -> std::result::Result<(), String> {
+        match self {
+            Block::Internal(Internal { segs, .. }) | Block::Run(Run { chunks: segs, .. }) => {
+                segs[i].raw = Some(bytes.into());
+                Ok(())
+            }
+            Block::Leaf(_) => self.install(i, bytes),
+        }
+    }
+
+    /// Decode partition i if it is held raw; whether it was.
+    pub fn decode_raw(&mut self, i: usize) -> std::result::Result<bool, String> {
+        let raw = match self {
+            Block::Internal(Internal { segs, .. }) | Block::Run(Run { chunks: segs, .. }) => {
+                segs[i].raw.take()
+            }
+            Block::Leaf(_) => None,
+        };
+        match raw {
+            Some(bytes) => self.install(i, &bytes).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
     pub fn parts(&self) -> usize {
         match self {
             Block::Internal(n) => n.segs.len(),
@@ -271,6 +321,7 @@ impl Block {
                     ));
                 }
                 segs[i].data = Some(seg);
+                segs[i].raw = None;
             }
             Block::Leaf(l) => {
                 let b = Basement::decode(bytes)?;
@@ -416,6 +467,7 @@ fn decode_part<T>(r: &mut Reader<'_>) -> std::result::Result<Part<T>, String> {
     let count = r.u32()?;
     Ok(Part {
         data: None,
+        raw: None,
         count,
         bytes: loc.len as usize,
         loc: Some(loc),
@@ -450,10 +502,16 @@ pub fn read_whole(pager: &Pager, id: NodeId) -> Result<Vec<u8>> {
 
 impl Block {
     /// Make resident every partition not yet resident, from `whole` (the node's extent as
-    /// read), checking each against its checksum.
-    pub fn install_from(&mut self, pager: &Pager, id: NodeId, whole: &[u8]) -> Result<()> {
+    /// read), checking each against its checksum: decoded if `decode`, else segments raw.
+    pub fn install_from(
+        &mut self,
+        pager: &Pager,
+        id: NodeId,
+        whole: &[u8],
+        decode: bool,
+    ) -> Result<()> {
         for i in 0..self.parts() {
-            if self.loaded(i) {
+            if self.loaded(i) || (!decode && self.present(i)) {
                 continue;
             }
             let loc = self.loc(i).expect("an unloaded partition is on disk");
@@ -468,7 +526,12 @@ impl Block {
             if xxh3_64(bytes) != loc.sum {
                 return Err(bad(format!("partition {i} checksum mismatch")));
             }
-            self.install(i, bytes).map_err(bad)?;
+            let installed = if decode {
+                self.install(i, bytes)
+            } else {
+                self.install_raw(i, bytes)
+            };
+            installed.map_err(bad)?;
         }
         Ok(())
     }
@@ -491,8 +554,11 @@ impl StoredNode for Block {
     fn charge(&self) -> usize {
         let segments = |segs: &[Part<Segment>]| -> usize {
             segs.iter()
-                .filter(|s| s.data.is_some())
-                .map(|s| s.bytes + s.count as usize * MESSAGE_OVERHEAD)
+                .map(|s| match (&s.data, &s.raw) {
+                    (Some(_), _) => s.bytes + s.count as usize * MESSAGE_OVERHEAD,
+                    (None, Some(raw)) => raw.len() + RAW_OVERHEAD,
+                    (None, None) => 0,
+                })
                 .sum()
         };
         let (head, resident) = match self {
@@ -518,7 +584,9 @@ impl StoredNode for Block {
             let whole = read_whole(pager, id)?;
             let (k, head) = block::open(&whole, id, pager.file_name(), at)?;
             let mut node = Block::decode_head(k, head).map_err(bad)?;
-            node.install_from(pager, id, &whole)?;
+            // Segments stay raw until something must change them: a point query reads them
+            // in place.
+            node.install_from(pager, id, &whole, false)?;
             return Ok(node);
         }
         let (k, head) = pager.read_head(id)?;
@@ -586,8 +654,9 @@ impl StoredNode for Block {
         match self {
             Block::Internal(Internal { segs, .. }) | Block::Run(Run { chunks: segs, .. }) => {
                 segs.iter_mut().for_each(|s| {
-                    if drop_data(s.data.is_some(), s.loc.is_some()) {
+                    if drop_data(s.data.is_some() || s.raw.is_some(), s.loc.is_some()) {
                         s.data = None;
+                        s.raw = None;
                     }
                 })
             }

@@ -3,6 +3,7 @@
 //! last), so that an answer is exact however much is still buffered.
 
 use super::*;
+use crate::kv::msg::lookup_encoded_with_ranges;
 
 impl BeTree {
     /// The value of `key` after applying `events` (seq order) to `base`: read-only.
@@ -35,7 +36,8 @@ impl BeTree {
 
     /// Descend toward `at` (a key, or a scan's cursor), letting `collect` take what it needs
     /// from the segment on the path at each level, and from the runs of the child it goes to
-    /// (for a point query, `probe`, only those whose filter may hold the key). Returns the
+    /// (for a point query, `probe`, only those whose filter may hold the key, and segments
+    /// held raw are searched in place for the key instead of being decoded). Returns the
     /// leaf, its fences (the nearest pivots on either side, when `fences` asks for them) and
     /// what was collected.
     #[allow(clippy::type_complexity)]
@@ -76,11 +78,12 @@ impl BeTree {
             let Some((i, child)) = step else {
                 return Ok((pin, lo, hi, msgs));
             };
-            self.load_part(&pin, i)?;
+            self.fetch_part(&pin, i, probe.is_none())?;
             let runs: Vec<NodeId> = {
                 let g = pin.read();
                 let n = internal(&g);
-                collect(n.segs[i].get(), &mut msgs);
+                take(&n.segs[i], probe, &collect, &mut msgs)
+                    .map_err(|what| self.corrupt(pin.id(), format!("segment {i}: {what}")))?;
                 n.runs[i]
                     .iter()
                     .filter(|r| probe.is_none_or(|k| r.filter.may_hold(k)))
@@ -96,15 +99,32 @@ impl BeTree {
                     _ => return Err(self.not_a_run(id)),
                 };
                 for c in chunks {
-                    self.load_part(&run, c)?;
+                    self.fetch_part(&run, c, probe.is_none())?;
                     let g = run.read();
                     let Block::Run(r) = &*g else {
                         unreachable!("checked above")
                     };
-                    collect(r.chunks[c].get(), &mut msgs);
+                    take(&r.chunks[c], probe, &collect, &mut msgs)
+                        .map_err(|what| self.corrupt(id, format!("chunk {c}: {what}")))?;
                 }
             }
             pin = self.store.get(child)?;
         }
     }
+}
+
+/// What a descent takes from a resident segment: `collect`'s pick from a decoded one, or, for a
+/// point query, the messages for its key found in the raw bytes.
+fn take(
+    part: &Part<Segment>,
+    probe: Option<&[u8]>,
+    collect: &impl Fn(&Segment, &mut Vec<Msg>),
+    out: &mut Vec<Msg>,
+) -> std::result::Result<(), String> {
+    match (&part.data, &part.raw, probe) {
+        (Some(seg), _, _) => collect(seg, out),
+        (None, Some(raw), Some(key)) => out.extend(lookup_encoded_with_ranges(raw, key)?),
+        _ => unreachable!("a descent makes the partitions it reads resident"),
+    }
+    Ok(())
 }
