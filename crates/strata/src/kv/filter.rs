@@ -33,7 +33,10 @@ impl Default for Filter {
 }
 
 fn probes(key: &[u8], nbits: u64, n: u32) -> impl Iterator<Item = u64> {
-    let h = xxh3_64(key);
+    probes_of(xxh3_64(key), nbits, n)
+}
+
+fn probes_of(h: u64, nbits: u64, n: u32) -> impl Iterator<Item = u64> {
     let (a, b) = (h & 0xffff_ffff, (h >> 32) | 1);
     (0..n as u64).map(move |i| a.wrapping_add(i.wrapping_mul(b)) % nbits)
 }
@@ -96,11 +99,22 @@ impl Filter {
 
     /// False only when `key` is certainly not among the keys it was built over.
     pub fn may_hold(&self, key: &[u8]) -> bool {
+        self.may_hold_hash(Filter::hash(key))
+    }
+
+    /// The hash a key's probes come from: computed once for a key that meets many filters
+    /// (a Bε-tree leaf's runs), then `may_hold_hash` for each.
+    pub fn hash(key: &[u8]) -> u64 {
+        xxh3_64(key)
+    }
+
+    /// `may_hold` for the key whose `Filter::hash` is `h`.
+    pub fn may_hold_hash(&self, h: u64) -> bool {
         if self.bits.is_empty() {
             return true;
         }
         let nbits = self.bits.len() as u64 * 8;
-        probes(key, nbits, self.probes).all(|p| self.bits[(p / 8) as usize] & (1 << (p % 8)) != 0)
+        probes_of(h, nbits, self.probes).all(|p| self.bits[(p / 8) as usize] & (1 << (p % 8)) != 0)
     }
 }
 

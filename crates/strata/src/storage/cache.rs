@@ -250,6 +250,17 @@ impl<N: StoredNode> NodeStore<N> {
         }
     }
 
+    /// Re-charge a resident node one part of which went from `before` to `after` bytes of
+    /// charge: `recharge` without measuring the whole node (a wide node has many parts).
+    pub fn recharge_by(&mut self, pin: &Pin<N>, before: usize, after: usize) {
+        if let Some(&slot) = self.index.get(&pin.id()) {
+            let e = self.slots[slot].as_mut().expect("indexed slot is occupied");
+            e.charge = e.charge - before + after;
+            self.resident = self.resident - before + after;
+            debug_assert_eq!(e.charge, pin.read().charge(), "node {}", pin.id());
+        }
+    }
+
     /// Drop node `id` from the pool and the table.
     pub fn free(&mut self, id: NodeId) {
         if let Some(slot) = self.index.remove(&id) {

@@ -158,12 +158,13 @@ impl BeTree {
     /// Make partition i of a pinned node resident: decoded if `decode`, else a segment may
     /// stay raw (a point query walks it in place).
     fn fetch_part(&mut self, pin: &Pin<Block>, i: usize, decode: bool) -> Result<()> {
-        let loc = {
+        let (loc, before) = {
             let g = pin.read();
             if g.loaded(i) || (!decode && g.present(i)) {
                 return Ok(());
             }
-            g.loc(i).expect("an unloaded partition is on disk")
+            let loc = g.loc(i).expect("an unloaded partition is on disk");
+            (loc, g.part_charge(i))
         };
         let decoded = pin.write().decode_raw(i);
         let installed = match decoded {
@@ -187,7 +188,8 @@ impl BeTree {
                 format!("node {}: {what}", pin.id()),
             )
         })?;
-        self.store.recharge(pin);
+        let after = pin.read().part_charge(i);
+        self.store.recharge_by(pin, before, after);
         Ok(())
     }
 

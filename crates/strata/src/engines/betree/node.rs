@@ -292,6 +292,24 @@ impl Block {
         }
     }
 
+    /// What partition i adds to the node's cache charge (`StoredNode::charge`): so that loading
+    /// one partition of a wide node re-charges it without measuring every other one.
+    pub fn part_charge(&self, i: usize) -> usize {
+        let segment = |s: &Part<Segment>| match (&s.data, &s.raw) {
+            (Some(_), _) => s.bytes + s.count as usize * MESSAGE_OVERHEAD,
+            (None, Some(raw)) => raw.len() + RAW_OVERHEAD,
+            (None, None) => 0,
+        };
+        match self {
+            Block::Internal(n) => segment(&n.segs[i]),
+            Block::Run(r) => segment(&r.chunks[i]),
+            Block::Leaf(l) => l.bases[i]
+                .data
+                .as_ref()
+                .map_or(0, |b| BASEMENT_OVERHEAD + b.heap_bytes()),
+        }
+    }
+
     pub fn parts(&self) -> usize {
         match self {
             Block::Internal(n) => n.segs.len(),
@@ -552,28 +570,12 @@ pub fn read_part(pager: &Pager, id: NodeId, i: usize, loc: Loc) -> Result<Vec<u8
 
 impl StoredNode for Block {
     fn charge(&self) -> usize {
-        let segments = |segs: &[Part<Segment>]| -> usize {
-            segs.iter()
-                .map(|s| match (&s.data, &s.raw) {
-                    (Some(_), _) => s.bytes + s.count as usize * MESSAGE_OVERHEAD,
-                    (None, Some(raw)) => raw.len() + RAW_OVERHEAD,
-                    (None, None) => 0,
-                })
-                .sum()
+        let head = match self {
+            Block::Internal(n) => n.head_len(),
+            Block::Leaf(l) => l.head_len(),
+            Block::Run(r) => r.head_len(),
         };
-        let (head, resident) = match self {
-            Block::Internal(n) => (n.head_len(), segments(&n.segs)),
-            Block::Leaf(l) => (
-                l.head_len(),
-                l.bases
-                    .iter()
-                    .filter_map(|b| b.data.as_ref())
-                    .map(|b| BASEMENT_OVERHEAD + b.heap_bytes())
-                    .sum(),
-            ),
-            Block::Run(r) => (r.head_len(), segments(&r.chunks)),
-        };
-        256 + head + resident
+        256 + head + (0..self.parts()).map(|i| self.part_charge(i)).sum::<usize>()
     }
 
     fn load(pager: &Pager, id: NodeId) -> Result<Block> {

@@ -51,6 +51,7 @@ impl BeTree {
     ) -> Result<(Pin<Block>, Option<Vec<u8>>, Option<Vec<u8>>, Vec<Msg>)> {
         let (mut lo, mut hi): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
         let mut msgs = Vec::new();
+        let hashed = probe.map(Filter::hash);
         let mut pin = self.store.get(self.root)?;
         loop {
             let step = match &*pin.read() {
@@ -86,7 +87,7 @@ impl BeTree {
                     .map_err(|what| self.corrupt(pin.id(), format!("segment {i}: {what}")))?;
                 n.runs[i]
                     .iter()
-                    .filter(|r| probe.is_none_or(|k| r.filter.may_hold(k)))
+                    .filter(|r| hashed.is_none_or(|h| r.filter.may_hold_hash(h)))
                     .map(|r| r.id)
                     .collect()
             };
