@@ -117,6 +117,24 @@ impl Config {
         }
     }
 
+    /// The setting of the full `strata report`, between the two: 8 KiB blocks, 2 MiB of
+    /// memory, the data growing to 10× that, a new version every 20,000 puts (the CoW B-tree
+    /// takes about a minute of it here).
+    pub fn report(dir: Option<PathBuf>) -> Config {
+        Config {
+            dir,
+            inserts: 200_000,
+            clone_every: 20_000,
+            points: 10,
+            ranges_per_point: 8,
+            range_len: 1000,
+            cache_bytes: 2 << 20,
+            block_bytes: 8 << 10,
+            seed: 3,
+            lines: Line::ALL.to_vec(),
+        }
+    }
+
     /// The long setting: 16 KiB blocks, 8 MiB of memory, the data growing to 10× that, a new
     /// version every 100,000 puts as in the seed.
     pub fn full(dir: Option<PathBuf>) -> Config {
@@ -619,16 +637,13 @@ impl Report {
         (c > 0.0).then(|| f(&s.summary) / c)
     }
 
-    /// The per-point table, the summary beside Table 1 and the space table, as text.
-    pub fn render(&self) -> String {
-        use std::fmt::Write as _;
+    /// One line of what ran: the workload, the memory and the block size.
+    pub fn setting(&self) -> String {
         let c = &self.config;
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "seed 003 §8: {} puts of {}-byte pairs at random leaves, a new version every {}, \
-             {} range queries of ~{} at each of {} points; memory {} KiB, blocks of {} KiB \
-             (B = {:.0} pairs){}",
+        format!(
+            "{} puts of {}-byte pairs at random leaves, a new version every {}, {} range \
+             queries of ~{} at each of {} points; memory {} KiB, blocks of {} KiB (B = {:.0} \
+             pairs){}",
             c.inserts,
             PAIR_BYTES,
             c.clone_every,
@@ -643,9 +658,17 @@ impl Report {
             } else {
                 ", simulated disk"
             }
-        );
+        )
+    }
+
+    /// Each line's settings and its points: throughput and IOs (device calls) per operation
+    /// as the data grows.
+    pub fn render_points(&self) -> String {
+        use std::fmt::Write as _;
+        let c = &self.config;
+        let mut out = String::new();
         for l in &self.lines {
-            let _ = writeln!(out, "\n{} ({}): {}", l.label, l.line.name(), l.settings);
+            let _ = writeln!(out, "{} ({}): {}", l.label, l.line.name(), l.settings);
             let _ = writeln!(
                 out,
                 "{:>9} {:>7} {:>9} {:>10} {:>9} {:>12} {:>11}",
@@ -664,82 +687,134 @@ impl Report {
                     ratio(p.range_io.reads + p.range_io.writes, p.range_elements),
                 );
             }
+            out.push('\n');
         }
+        out
+    }
+
+    /// Rows of the summary beside Table 1: (line, cells).
+    fn summary_rows(&self) -> Vec<(&'static str, [String; 7])> {
+        self.lines
+            .iter()
+            .map(|l| {
+                let s = &l.summary;
+                (
+                    l.label,
+                    [
+                        format!("{:.0}", s.inserts_per_sec),
+                        format!("{:.0}", s.range_elements_per_sec),
+                        format!("{:.4}", s.blocks_read_per_insert),
+                        format!("{:.4}", s.blocks_written_per_insert),
+                        format!("{:.4}", s.insert_bound),
+                        format!("{:.5}", s.blocks_per_element),
+                        format!("{:.5}", s.element_bound),
+                    ],
+                )
+            })
+            .collect()
+    }
+
+    fn space_rows(&self) -> Vec<(&'static str, [String; 3])> {
+        let cell = |s: &Space| {
+            format!(
+                "{:.2}× ({} / {})",
+                s.used_over_live,
+                human(s.used_bytes),
+                human(s.file_bytes)
+            )
+        };
+        self.lines
+            .iter()
+            .map(|l| {
+                let sp = &l.space;
+                (
+                    l.label,
+                    [
+                        cell(&sp.before_delete),
+                        cell(&sp.after_delete),
+                        cell(&sp.after_refill),
+                    ],
+                )
+            })
+            .collect()
+    }
+
+    /// The SDA against the CoW B-tree, one sentence, where both ran.
+    pub fn verdict(&self) -> Option<String> {
+        let i = self.sda_over_cow(|s| s.inserts_per_sec)?;
+        let r = self.sda_over_cow(|s| s.range_elements_per_sec)?;
+        let from = self.line(Line::Sda)?.summary.from_data_over_cache;
+        Some(format!(
+            "From {from:.1}× the memory on, the SDA makes {i:.1}× the CoW B-tree's puts/s and \
+             {r:.1}× its range elements/s (seed 003: two orders of magnitude on updates, more \
+             than 10× on ranges, on a disk doing ~100 random IOs/s)."
+        ))
+    }
+
+    /// Everything as text: the setting, the points, the summary beside Table 1, the space.
+    pub fn render(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = format!("seed 003 §8: {}\n\n", self.setting());
+        out.push_str(&self.render_points());
         let _ = writeln!(
             out,
-            "\nPer operation once the data is ≥ 4× the memory, in blocks (bytes / block size), \
-             beside seed 003 Table 1 (constants dropped)"
+            "Per put and per range element once the data is ≥ 4× the memory, in blocks (bytes / \
+             block size), beside seed 003 Table 1 (constants dropped)"
         );
         let _ = writeln!(
             out,
             "{:<32} {:>10} {:>12} {:>9} {:>9} {:>9} {:>11} {:>9}",
-            "line",
-            "puts/s",
-            "range el/s",
-            "rd/put",
-            "wr/put",
-            "bound",
-            "blk/elem",
-            "bound"
+            "line", "puts/s", "range el/s", "rd/put", "wr/put", "bound", "blk/elem", "bound"
         );
-        for l in &self.lines {
-            let s = &l.summary;
+        for (label, c) in self.summary_rows() {
             let _ = writeln!(
                 out,
-                "{:<32} {:>10.0} {:>12.0} {:>9.4} {:>9.4} {:>9.4} {:>11.5} {:>9.5}",
-                l.label,
-                s.inserts_per_sec,
-                s.range_elements_per_sec,
-                s.blocks_read_per_insert,
-                s.blocks_written_per_insert,
-                s.insert_bound,
-                s.blocks_per_element,
-                s.element_bound
+                "{label:<32} {:>10} {:>12} {:>9} {:>9} {:>9} {:>11} {:>9}",
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6]
             );
         }
+        let _ = writeln!(out, "{BOUNDS}");
         let _ = writeln!(
             out,
-            "bounds: CoW B-tree log_B N_v reads and as many writes per put; SDA log2(N_v)/B each; \
-             ranges Z/B, so 1/B per element"
+            "\nSpace used against the live data (engine-referenced / file)"
         );
         let _ = writeln!(
             out,
-            "\nSpace used (referenced by the engine; the file in brackets) against the live data"
+            "{:<32} {:>26} {:>26} {:>26}",
+            "line", "before deletes", "half the leaves deleted", "after as many new puts"
         );
-        let _ = writeln!(
-            out,
-            "{:<32} {:>22} {:>22} {:>22}",
-            "line", "before deletes", "half the leaves gone", "after as many new puts"
+        for (label, c) in self.space_rows() {
+            let _ = writeln!(out, "{label:<32} {:>26} {:>26} {:>26}", c[0], c[1], c[2]);
+        }
+        if let Some(v) = self.verdict() {
+            let _ = writeln!(out, "\n{v}");
+        }
+        out
+    }
+
+    /// The summary and space as Markdown tables, and the points as a code block.
+    pub fn markdown(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::from(
+            "| line | puts/s | range elements/s | blocks read per put | blocks written per put \
+             | Table 1 bound per put | blocks per range element | Table 1 bound (1/B) |\n\
+             |---|---|---|---|---|---|---|---|\n",
         );
-        for l in &self.lines {
-            let sp = &l.space;
-            let cell = |s: &Space| {
-                format!(
-                    "{:.2}× ({}/{})",
-                    s.used_over_live,
-                    human(s.used_bytes),
-                    human(s.file_bytes)
-                )
-            };
-            let _ = writeln!(
-                out,
-                "{:<32} {:>22} {:>22} {:>22}",
-                l.label,
-                cell(&sp.before_delete),
-                cell(&sp.after_delete),
-                cell(&sp.after_refill)
-            );
+        for (label, c) in self.summary_rows() {
+            let _ = writeln!(out, "| {label} | {} |", c.join(" | "));
         }
-        if let (Some(i), Some(r)) = (
-            self.sda_over_cow(|s| s.inserts_per_sec),
-            self.sda_over_cow(|s| s.range_elements_per_sec),
-        ) {
-            let _ = writeln!(
-                out,
-                "\nSDA over CoW B-tree beyond 4× memory: puts/s {i:.1}×, range elements/s {r:.1}× \
-                 (seed 003: two orders of magnitude on updates, more than 10× on ranges)"
-            );
+        let _ = writeln!(out, "\n{BOUNDS}\n");
+        out.push_str(
+            "| line | space / live data, before deletes | half the leaves deleted | after as \
+             many new puts |\n|---|---|---|---|\n",
+        );
+        for (label, c) in self.space_rows() {
+            let _ = writeln!(out, "| {label} | {} |", c.join(" | "));
         }
+        if let Some(v) = self.verdict() {
+            let _ = writeln!(out, "\n{v}");
+        }
+        let _ = write!(out, "\n```\n{}```\n", self.render_points());
         out
     }
 
@@ -778,6 +853,12 @@ impl Report {
         ])
     }
 }
+
+/// What the bound columns are.
+const BOUNDS: &str = "Bounds (seed 003 Table 1, constants dropped; B pairs per block, N_v the \
+entries the written version sees): CoW B-tree log_B N_v reads and as many writes per put; SDA \
+log2(N_v)/B of each; a range of Z costs Z/B, so 1/B per element. Space cells: used over live \
+data (used / file), used being what the engine references.";
 
 fn ratio(a: u64, b: u64) -> f64 {
     a as f64 / b.max(1) as f64
