@@ -192,7 +192,9 @@ fn line_panel(s: &mut String, p: &LinePanel, ox: f64) {
         .fold(0.0f64, f64::max)
         .max(1e-9)
         * 1.05;
-    let (lo, hi) = pts().fold((f64::INFINITY, 0.0f64), |(l, h), (_, y)| (l.min(y), h.max(y)));
+    let (lo, hi) = pts().fold((f64::INFINITY, 0.0f64), |(l, h), (_, y)| {
+        (l.min(y), h.max(y))
+    });
     let (lo, hi) = if lo.is_finite() {
         (
             10f64.powf(lo.log10().floor()),

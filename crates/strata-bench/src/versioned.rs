@@ -117,18 +117,17 @@ impl Config {
         }
     }
 
-    /// The setting of the full `strata report`, between the two: 8 KiB blocks, 2 MiB of
-    /// memory, the data growing to 10× that, a new version every 20,000 puts (the CoW B-tree
-    /// takes about a minute of it here).
+    /// The setting of the full `strata report`, between the two: 8 KiB blocks, 1 MiB of
+    /// memory, the data growing to 11× that, a new version every 12,000 puts.
     pub fn report(dir: Option<PathBuf>) -> Config {
         Config {
             dir,
-            inserts: 200_000,
-            clone_every: 20_000,
+            inserts: 120_000,
+            clone_every: 12_000,
             points: 10,
             ranges_per_point: 8,
             range_len: 1000,
-            cache_bytes: 2 << 20,
+            cache_bytes: 1 << 20,
             block_bytes: 8 << 10,
             seed: 3,
             lines: Line::ALL.to_vec(),
@@ -373,7 +372,8 @@ fn pair(rng: &mut SplitMix64) -> ([u8; KEY_BYTES], [u8; VALUE_BYTES]) {
     key[8..].copy_from_slice(&rng.next_u64().to_be_bytes());
     let mut value = [0u8; VALUE_BYTES];
     for (i, chunk) in value.chunks_mut(8).enumerate() {
-        let word = (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from_le_bytes(key[..8].try_into().expect("8 bytes"));
+        let word = (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ u64::from_le_bytes(key[..8].try_into().expect("8 bytes"));
         chunk.copy_from_slice(&word.to_le_bytes()[..chunk.len()]);
     }
     (key, value)
@@ -493,7 +493,7 @@ fn drive(cfg: &Config, db: &VersionedDb) -> Result<Driven> {
         let t0 = Instant::now();
         let mut nv_sum = 0u64;
         while done < until {
-            if done > 0 && done % cfg.clone_every == 0 {
+            if done > 0 && done.is_multiple_of(cfg.clone_every) {
                 clone_one(db, &mut tree, &mut rng)?;
             }
             let v = tree.leaves[rng.below(tree.leaves.len() as u64) as usize];
@@ -893,7 +893,9 @@ mod tests {
         assert!((45_000..55_000).contains(&total), "{total}");
         // A version that sees no more than asked gets everything.
         let (lo, hi) = interval(&mut rng, 10, 1000);
-        assert!(keys.iter().all(|k| lo.as_slice() <= k.as_slice() && k.as_slice() < hi.as_slice()));
+        assert!(keys
+            .iter()
+            .all(|k| lo.as_slice() <= k.as_slice() && k.as_slice() < hi.as_slice()));
     }
 
     #[test]

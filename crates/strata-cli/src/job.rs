@@ -58,7 +58,7 @@ pub struct ReportArgs {
     /// Records the node-size sweep loads (default: its own, 1M or 200K with --quick)
     #[arg(long, value_name = "N")]
     sweep_records: Option<u64>,
-    /// Puts in seed 003's versioned experiment (default 200K, or 40K with --quick), a new
+    /// Puts in seed 003's versioned experiment (default 120K, or 40K with --quick), a new
     /// version every tenth of them
     #[arg(long, value_name = "N")]
     versioned_inserts: Option<u64>,

@@ -197,7 +197,11 @@ fn list(a: ListArgs) -> Result<ExitCode, Failure> {
         return print_json(&views).map(|_| ExitCode::SUCCESS);
     }
     let mut out = BufWriter::new(io::stdout().lock());
-    writeln!(out, "{:>8}  {:>8}  {:<8}  children", "version", "parent", "state")?;
+    writeln!(
+        out,
+        "{:>8}  {:>8}  {:<8}  children",
+        "version", "parent", "state"
+    )?;
     for v in &views {
         let parent = v.parent.map_or_else(|| "-".into(), |p| p.to_string());
         let children: Vec<String> = v.children.iter().map(|c| c.to_string()).collect();

@@ -93,7 +93,10 @@ fn round_trip(engine: &str) {
         "a\tone\nb\t2\nc\ttab\\there\n"
     );
     assert_eq!(run(&["scan", "--db", &db, "2"]), "a\t1\n");
-    assert_eq!(run(&["scan", "--db", &db, "0", "--reverse"]), "b\t2\na\t1\n");
+    assert_eq!(
+        run(&["scan", "--db", &db, "0", "--reverse"]),
+        "b\t2\na\t1\n"
+    );
     assert_eq!(
         run(&["scan", "--db", &db, "1", "--from", "b", "--to", "c"]),
         "b\t2\n"
@@ -192,7 +195,9 @@ fn bad_versions_are_refused_and_change_nothing() {
     fails(&["version", "delete", "--db", &db, "2", "k"], 1);
     // The engine of an existing database is its own.
     let err = fails(
-        &["version", "put", "--db", &db, "--engine", "cow", "2", "k", "v"],
+        &[
+            "version", "put", "--db", &db, "--engine", "cow", "2", "k", "v",
+        ],
         1,
     );
     assert!(err.contains("sda database"), "{err}");
@@ -221,7 +226,10 @@ fn commands_on_a_missing_or_plain_db_fail_without_creating_one() {
         let mut all = vec!["version", args[0], "--db", &db];
         all.extend_from_slice(&args[1..]);
         let err = fails(&all, 1);
-        assert!(err.starts_with("error: ") && err.contains(&db), "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(&db),
+            "{args:?}: {err}"
+        );
         assert!(!Path::new(&db).exists(), "{args:?} created {db}");
     }
     // A plain database is not a versioned one, and the other way round.
@@ -278,7 +286,10 @@ fn bench_versioned_runs_three_lines_on_the_same_workload() {
         assert_eq!(elements(l), first, "{} answered differently", l["line"]);
         let s = &l["summary"];
         assert!(s["inserts_per_sec"].as_f64().unwrap() > 0.0, "{l}");
-        assert!(s["blocks_written_per_insert"].as_f64().unwrap() > 0.0, "{l}");
+        assert!(
+            s["blocks_written_per_insert"].as_f64().unwrap() > 0.0,
+            "{l}"
+        );
         assert!(s["insert_bound"].as_f64().unwrap() > 0.0, "{l}");
         let sp = &l["space"];
         let live = |at: &str| sp[at]["live_bytes"].as_u64().unwrap();
@@ -294,7 +305,10 @@ fn bench_versioned_runs_three_lines_on_the_same_workload() {
             .and_then(|d| d[1].as_u64())
             .unwrap()
     };
-    assert!(detail(&lines[1], "splits") > 0, "density amplification split nothing");
+    assert!(
+        detail(&lines[1], "splits") > 0,
+        "density amplification split nothing"
+    );
     assert_eq!(detail(&lines[2], "splits"), 0);
     assert!(std::fs::read_to_string(&svg).unwrap().contains("SDA"));
     let err = fails(&["bench", "versioned", "--sim", "--lines", "btree"], 1);

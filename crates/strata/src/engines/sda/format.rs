@@ -201,7 +201,9 @@ mod tests {
         unknown[META_LEN - 1] = 0x80;
         assert!(decode_meta(&unknown, "f").is_err());
         // Version 1, written before the flags byte: density amplification on.
-        let v1 = hex_bytes("040100020000040000000001000000000000000024400700000000000000d204000000000000");
+        let v1 = hex_bytes(
+            "040100020000040000000001000000000000000024400700000000000000d204000000000000",
+        );
         assert_eq!(decode_meta(&v1, "f").unwrap(), (Config::tiny(), 7, 1234));
         let mut newer = meta.clone();
         newer[1] = META_VERSION + 1;
