@@ -898,6 +898,62 @@ mod tests {
             .all(|k| lo.as_slice() <= k.as_slice() && k.as_slice() < hi.as_slice()));
     }
 
+    /// The summary keeps the points with the data at least 4× the memory, counts bytes in
+    /// blocks, and prices Table 1's bounds with B = pairs per block and the points' N_v.
+    #[test]
+    fn the_summary_takes_the_points_beyond_4x_memory_and_prices_table_1() {
+        let cfg = Config {
+            cache_bytes: 1000 * PAIR_BYTES,
+            block_bytes: 4096,
+            ..Config::quick(None)
+        };
+        let point = |inserted: u64, bytes_read: u64, mean_nv: f64| Point {
+            inserted,
+            data_bytes: inserted * PAIR_BYTES,
+            inserts: 1000,
+            insert_secs: 0.5,
+            insert_io: Io {
+                reads: 10,
+                writes: 30,
+                bytes_read,
+                bytes_written: 2 * bytes_read,
+            },
+            mean_nv,
+            range_elements: 500,
+            range_secs: 0.25,
+            range_io: Io {
+                reads: 5,
+                bytes_read: 5 * 4096,
+                ..Io::default()
+            },
+            ..Point::default()
+        };
+        // The first point, at 2× memory, is left out.
+        let points = [
+            point(2000, 999_999, 10.0),
+            point(4000, 4096 * 100, 5000.0),
+            point(5000, 4096 * 300, 5000.0),
+        ];
+        let b = 4096.0 / PAIR_BYTES as f64;
+        let s = summarise(&cfg, Line::Sda, &points);
+        assert_eq!(s.from_data_over_cache, 4.0);
+        assert_eq!(s.inserts_per_sec, 2000.0);
+        assert_eq!(s.range_elements_per_sec, 2000.0);
+        assert_eq!(s.ios_per_insert, 0.04);
+        assert_eq!(s.blocks_read_per_insert, 0.2);
+        assert_eq!(s.blocks_written_per_insert, 0.4);
+        assert_eq!(s.blocks_per_element, 0.01);
+        assert!((s.insert_bound - 5000f64.log2() / b).abs() < 1e-12);
+        assert!((s.element_bound - 1.0 / b).abs() < 1e-12);
+        let c = summarise(&cfg, Line::Cow, &points);
+        assert!((c.insert_bound - 5000f64.ln() / b.ln()).abs() < 1e-12);
+        // With no point that far, the last one stands in.
+        assert_eq!(
+            summarise(&cfg, Line::Cow, &points[..1]).from_data_over_cache,
+            2.0
+        );
+    }
+
     #[test]
     fn the_tree_counts_what_each_version_sees() {
         let mut t = Tree::new();
