@@ -55,6 +55,7 @@ pub struct CloneArgs {
     /// Database directory
     #[arg(long, value_name = "DIR")]
     db: std::path::PathBuf,
+    /// The version to clone (0 is the root)
     version: Version,
 }
 
@@ -86,6 +87,7 @@ pub struct PutArgs {
     /// Engine of a new database (an existing one keeps its own) [default: sda]
     #[arg(long, value_enum)]
     engine: Option<EngineArg>,
+    /// A leaf version (never cloned)
     version: Version,
     key: String,
     value: String,
@@ -97,6 +99,7 @@ pub struct PutArgs {
 pub struct GetArgs {
     #[command(flatten)]
     target: Target,
+    /// The version to read at
     version: Version,
     key: String,
 }
@@ -107,6 +110,7 @@ pub struct GetArgs {
 pub struct ScanArgs {
     #[command(flatten)]
     target: Target,
+    /// The version to read at
     version: Version,
     /// First key (inclusive); default: the smallest key
     #[arg(long, value_name = "KEY")]
@@ -129,6 +133,7 @@ pub struct ScanArgs {
 pub struct DeleteArgs {
     #[command(flatten)]
     target: Target,
+    /// The version to delete (or, with --key, the leaf to delete the key at)
     version: Version,
     /// Delete this key at VERSION instead of the version
     #[arg(long, value_name = "KEY")]
@@ -142,7 +147,9 @@ pub struct DeleteArgs {
 pub struct DiffArgs {
     #[command(flatten)]
     target: Target,
+    /// The version whose values the `-` lines show
     a: Version,
+    /// The version whose values the `+` lines show
     b: Version,
 }
 
