@@ -1,6 +1,10 @@
-//! Grouped bar charts on a log scale, as standalone SVG written by hand (no plotting
-//! dependency): one group per category (an engine), one bar per series (a workload), like seed
-//! 004's Figure 4.1. Values that are zero or missing draw no bar.
+//! Charts as standalone SVG written by hand (no plotting dependency):
+//! - `log_bars`: grouped bars on a log scale, one group per category (an engine), one bar per
+//!   series (a workload), like seed 004's Figure 4.1. Values that are zero or missing draw no
+//!   bar.
+//! - `log_lines_panels`: panels side by side, each a linear x axis against a log y axis with
+//!   one line of points per series (an engine) and an optional marked x (the memory size),
+//!   like seed 003's Figures 3 and 4. Points that are not positive are left out.
 
 use std::fmt::Write;
 
@@ -130,9 +134,195 @@ pub fn log_bars(
     s
 }
 
+/// One panel of `log_lines_panels`: `series[s].1` holds series s's (x, y) points.
+pub struct LinePanel {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+    /// A dashed vertical line at this x, labelled.
+    pub x_marker: Option<(f64, String)>,
+}
+
+const LW: f64 = 460.0;
+const LH: f64 = 340.0;
+
+/// Panels side by side, a shared legend of the first panel's series below.
+pub fn log_lines_panels(panels: &[LinePanel]) -> String {
+    let w = LW * panels.len().max(1) as f64;
+    let legend_rows = panels.first().map_or(0, |p| p.series.len());
+    let h = LH + 10.0 + 16.0 * legend_rows as f64;
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = write!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    for (i, p) in panels.iter().enumerate() {
+        line_panel(&mut s, p, i as f64 * LW);
+    }
+    if let Some(p) = panels.first() {
+        for (k, (label, _)) in p.series.iter().enumerate() {
+            let y = LH + 8.0 + 16.0 * k as f64;
+            let c = COLOURS[k % COLOURS.len()];
+            let _ = write!(
+                s,
+                r#"<line x1="{PAD_L}" x2="{}" y1="{y}" y2="{y}" stroke="{c}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
+                PAD_L + 24.0,
+                PAD_L + 30.0,
+                y + 4.0,
+                escape(label)
+            );
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn line_panel(s: &mut String, p: &LinePanel, ox: f64) {
+    let pts = || {
+        p.series
+            .iter()
+            .flat_map(|(_, v)| v.iter().copied())
+            .filter(|(x, y)| x.is_finite() && y.is_finite() && *y > 0.0)
+    };
+    let x_hi = pts()
+        .map(|(x, _)| x)
+        .chain(p.x_marker.iter().map(|m| m.0))
+        .fold(0.0f64, f64::max)
+        .max(1e-9)
+        * 1.05;
+    let (lo, hi) = pts().fold((f64::INFINITY, 0.0f64), |(l, h), (_, y)| {
+        (l.min(y), h.max(y))
+    });
+    let (lo, hi) = if lo.is_finite() {
+        (
+            10f64.powf(lo.log10().floor()),
+            10f64.powf(hi.log10().ceil().max(lo.log10().floor() + 1.0)),
+        )
+    } else {
+        (1.0, 10.0)
+    };
+    let (l, r, t, b) = (ox + PAD_L, ox + LW - PAD_R, PAD_T, LH - PAD_B);
+    let px = |x: f64| l + x / x_hi * (r - l);
+    let py = |y: f64| b - (y.log10() - lo.log10()) / (hi.log10() - lo.log10()) * (b - t);
+    let _ = write!(
+        s,
+        r##"<rect x="{l}" y="{t}" width="{}" height="{}" fill="none" stroke="#444"/>"##,
+        r - l,
+        b - t
+    );
+    let _ = write!(
+        s,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
+        (l + r) / 2.0,
+        escape(&p.title)
+    );
+    let mut decade = lo;
+    while decade <= hi * 1.0001 {
+        let y = py(decade);
+        let _ = write!(
+            s,
+            r##"<line x1="{l}" x2="{r}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+            l - 6.0,
+            y + 4.0,
+            tick_label(decade)
+        );
+        decade *= 10.0;
+    }
+    for i in 0..=4 {
+        let x = x_hi * i as f64 / 4.0;
+        let _ = write!(
+            s,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+            px(x),
+            b + 16.0,
+            if x >= 10.0 {
+                format!("{x:.0}")
+            } else {
+                format!("{x:.1}")
+            }
+        );
+    }
+    let _ = write!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+        (l + r) / 2.0,
+        b + 34.0,
+        escape(&p.x_label)
+    );
+    let _ = write!(
+        s,
+        r#"<text transform="translate({},{}) rotate(-90)" text-anchor="middle">{}</text>"#,
+        ox + 16.0,
+        (t + b) / 2.0,
+        escape(&p.y_label)
+    );
+    if let Some((x, label)) = &p.x_marker {
+        let _ = write!(
+            s,
+            r##"<line class="marker" x1="{0:.1}" x2="{0:.1}" y1="{t}" y2="{b}" stroke="#888" stroke-dasharray="4 3"/><text x="{1:.1}" y="{2}" fill="#666">{3}</text>"##,
+            px(*x),
+            px(*x) + 4.0,
+            t + 14.0,
+            escape(label)
+        );
+    }
+    for (k, (label, v)) in p.series.iter().enumerate() {
+        let c = COLOURS[k % COLOURS.len()];
+        let coords: Vec<String> = v
+            .iter()
+            .filter(|(x, y)| x.is_finite() && y.is_finite() && *y > 0.0)
+            .map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y)))
+            .collect();
+        let _ = write!(
+            s,
+            r#"<polyline class="series" points="{}" fill="none" stroke="{c}" stroke-width="2"><title>{}</title></polyline>"#,
+            coords.join(" "),
+            escape(label)
+        );
+        for xy in &coords {
+            let (x, y) = xy.split_once(',').expect("x,y");
+            let _ = write!(s, r#"<circle cx="{x}" cy="{y}" r="3" fill="{c}"/>"#);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn line_panels_draw_each_series_and_skip_what_a_log_axis_cannot_show() {
+        let svg = log_lines_panels(&[
+            LinePanel {
+                title: "puts <a>".into(),
+                x_label: "MiB".into(),
+                y_label: "ops/s".into(),
+                series: vec![
+                    ("x".into(), vec![(1.0, 100.0), (2.0, 0.0), (3.0, 5000.0)]),
+                    ("y".into(), vec![(1.0, 20.0)]),
+                ],
+                x_marker: Some((1.5, "memory".into())),
+            },
+            LinePanel {
+                title: "empty".into(),
+                x_label: "MiB".into(),
+                y_label: "ops/s".into(),
+                series: Vec::new(),
+                x_marker: None,
+            },
+        ]);
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>\n"));
+        assert!(svg.contains("puts &lt;a&gt;"));
+        assert_eq!(svg.matches(r#"class="series""#).count(), 2);
+        // The zero is left out: three points drawn of four.
+        assert_eq!(svg.matches("<circle").count(), 3);
+        assert_eq!(svg.matches(r#"class="marker""#).count(), 1);
+        for tick in [">10<", ">100<", ">1K<", ">10K<"] {
+            assert!(svg.contains(tick), "missing {tick}");
+        }
+    }
 
     #[test]
     fn bars_are_drawn_for_positive_values_only() {

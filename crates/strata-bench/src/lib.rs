@@ -4,7 +4,8 @@
 //! - `store`: the adapter an engine implements (strata's here, peers in `strata-compare`).
 //! - `runner`: runs a spec on one engine and measures it from outside; `measure`: the readings.
 //! - Experiments: `seed001` (simulated disk, exact IO counts), `sweep` (node sizes on the real
-//!   disk); each returns a report that the CLI prints as a table or JSON.
+//!   disk), `versioned` (seed 003 §8: the SDA against the CoW B-tree); each returns a report
+//!   that the CLI prints as a table or JSON.
 
 pub mod chart;
 pub mod gen;
@@ -15,4 +16,5 @@ pub mod runner;
 pub mod seed001;
 pub mod store;
 pub mod sweep;
+pub mod versioned;
 pub mod workload;

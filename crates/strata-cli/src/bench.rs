@@ -3,11 +3,13 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use std::path::PathBuf;
+
 use clap::{Args, Subcommand};
-use strata_bench::seed001;
+use strata_bench::{seed001, versioned};
 
 use crate::report::print_json;
-use crate::sizes::{human, parse_size};
+use crate::sizes::{human, parse_size, SIZE_HELP};
 use crate::Failure;
 
 #[derive(Subcommand)]
@@ -19,6 +21,15 @@ pub enum Experiment {
     Seed001(Seed001Args),
     Sweep(crate::sweep::SweepArgs),
     Rum(crate::compare::RumArgs),
+    /// Seed 003 §8: the SDA against the copy-on-write B-tree as versioned data outgrows memory
+    ///
+    /// Random 100-byte pairs put at random leaf versions, a new version every --clone-every
+    /// puts (a clone of a random leaf, 1/3, or of a random internal version, 2/3), range
+    /// queries of ~1,000 at random versions along the way; three lines: the CoW B-tree, the
+    /// SDA and the SDA without density amplification. Prints puts/s, range elements/s and the
+    /// IO per put and per element beside seed 003's Table 1, and the space used against the
+    /// live data before and after deleting half of the leaves.
+    Versioned(VersionedArgs),
     #[command(hide = true)]
     Worker(crate::compare::WorkerArgs),
 }
@@ -36,9 +47,129 @@ pub struct Seed001Args {
     json: bool,
 }
 
+#[derive(Args)]
+#[command(after_help = SIZE_HELP)]
+pub struct VersionedArgs {
+    /// The small setting of `strata report --quick` (40K puts, 512 KiB of memory, 4 KiB
+    /// blocks) instead of the long one (800K puts, 8 MiB, 16 KiB blocks, a version every 100K)
+    #[arg(long)]
+    quick: bool,
+    /// Puts in all
+    #[arg(long, value_name = "N")]
+    inserts: Option<u64>,
+    /// Puts between new versions
+    #[arg(long, value_name = "N")]
+    clone_every: Option<u64>,
+    /// Memory of each engine (the CoW B-tree's pool; half of it the SDA's write buffer)
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    cache: Option<u64>,
+    /// Node size of the CoW B-tree and block size of the SDA
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    block: Option<u64>,
+    /// Measuring points (range queries at each)
+    #[arg(long, value_name = "N")]
+    points: Option<u64>,
+    /// Range queries at each point
+    #[arg(long, value_name = "N")]
+    ranges: Option<u64>,
+    /// Lines to run, comma-separated: cow, sda, sda-no-da (default: all three)
+    #[arg(long, value_delimiter = ',', value_name = "LINES")]
+    lines: Vec<String>,
+    /// Scratch directory for the databases (default: under the system's temp directory)
+    #[arg(long, value_name = "DIR", conflicts_with = "sim")]
+    dir: Option<PathBuf>,
+    /// Run on a simulated disk in memory instead (times are then CPU only)
+    #[arg(long)]
+    sim: bool,
+    /// Also write the chart (puts/s and range elements/s against data put) to FILE
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+    /// Print the report as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+/// The experiment's configuration from the arguments.
+fn versioned_config(a: &VersionedArgs, dir: Option<PathBuf>) -> Result<versioned::Config, Failure> {
+    let mut cfg = if a.quick {
+        versioned::Config::quick(dir)
+    } else {
+        versioned::Config::full(dir)
+    };
+    let set = |field: &mut u64, v: Option<u64>| {
+        if let Some(v) = v {
+            *field = v;
+        }
+    };
+    set(&mut cfg.inserts, a.inserts);
+    set(&mut cfg.clone_every, a.clone_every);
+    set(&mut cfg.cache_bytes, a.cache);
+    set(&mut cfg.block_bytes, a.block);
+    set(&mut cfg.points, a.points);
+    set(&mut cfg.ranges_per_point, a.ranges);
+    if !a.lines.is_empty() {
+        cfg.lines = a
+            .lines
+            .iter()
+            .map(|name| {
+                versioned::Line::ALL
+                    .into_iter()
+                    .find(|l| l.name() == name)
+                    .ok_or_else(|| {
+                        Failure::Invalid(format!(
+                            "no line {name:?}: the lines are cow, sda and sda-no-da"
+                        ))
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn versioned_cmd(a: VersionedArgs) -> Result<ExitCode, Failure> {
+    let scratch = if a.sim {
+        None
+    } else {
+        Some(
+            a.dir
+                .clone()
+                .unwrap_or_else(|| crate::compare::scratch_dir("versioned")),
+        )
+    };
+    let cfg = versioned_config(&a, scratch.clone())?;
+    if let Some(d) = &scratch {
+        std::fs::create_dir_all(d)
+            .map_err(|e| Failure::Invalid(format!("creating {}: {e}", d.display())))?;
+    }
+    let quiet = a.json;
+    let outcome = versioned::run(&cfg, |stage| {
+        if !quiet {
+            eprintln!("  {stage}");
+        }
+    });
+    if let (Some(d), None) = (&scratch, &a.dir) {
+        // Only a directory this command chose is removed whole.
+        let _ = std::fs::remove_dir_all(d);
+    }
+    let report = outcome?;
+    if let Some(path) = &a.svg {
+        std::fs::write(path, report.svg())
+            .map_err(|e| Failure::Invalid(format!("writing {}: {e}", path.display())))?;
+    }
+    if a.json {
+        return print_json(&report).map(|_| ExitCode::SUCCESS);
+    }
+    std::io::stdout()
+        .lock()
+        .write_all(report.render().as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn run(e: Experiment) -> Result<ExitCode, Failure> {
     match e {
         Experiment::Seed001(a) => seed001_cmd(a),
+        Experiment::Versioned(a) => versioned_cmd(a),
         Experiment::Sweep(a) => crate::sweep::run(a),
         Experiment::Rum(a) => crate::compare::rum_cmd(a),
         Experiment::Worker(a) => crate::compare::worker(a),

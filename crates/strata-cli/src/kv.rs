@@ -11,7 +11,7 @@ use strata::{Db, Options};
 
 use crate::{open_existing, Failure};
 
-const ESCAPE_HELP: &str = "Keys and values are UTF-8 text; with --hex, arguments are hex \
+pub const ESCAPE_HELP: &str = "Keys and values are UTF-8 text; with --hex, arguments are hex \
 digits and output is lowercase hex. Text output escapes backslash, control characters and \
 bytes that are not UTF-8 as \\\\, \\t, \\n, \\xNN (like Rust's escape_ascii).";
 
@@ -20,14 +20,14 @@ bytes that are not UTF-8 as \\\\, \\t, \\n, \\xNN (like Rust's escape_ascii).";
 pub struct Target {
     /// Database directory
     #[arg(long, value_name = "DIR")]
-    db: PathBuf,
+    pub db: PathBuf,
     /// Read KEY/VALUE arguments as hex and print keys and values as hex
     #[arg(long)]
     hex: bool,
 }
 
 impl Target {
-    fn bytes(&self, arg: &str) -> Result<Vec<u8>, Failure> {
+    pub fn bytes(&self, arg: &str) -> Result<Vec<u8>, Failure> {
         if self.hex {
             from_hex(arg).map_err(Failure::Invalid)
         } else {
@@ -35,7 +35,7 @@ impl Target {
         }
     }
 
-    fn show(&self, bytes: &[u8]) -> String {
+    pub fn show(&self, bytes: &[u8]) -> String {
         if self.hex {
             to_hex(bytes)
         } else {

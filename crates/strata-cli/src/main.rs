@@ -14,6 +14,7 @@ mod salvage;
 mod sizes;
 mod sweep;
 mod tune;
+mod version;
 
 use std::io;
 use std::path::Path;
@@ -44,6 +45,10 @@ enum Command {
     Get(kv::GetArgs),
     Delete(kv::DeleteArgs),
     Scan(kv::ScanArgs),
+    /// A versioned database (seed 003): its version tree, clones, and reads and writes at a
+    /// version
+    #[command(subcommand)]
+    Version(version::VersionCommand),
     Stats(inspect::StatsArgs),
     Check(inspect::CheckArgs),
     Salvage(salvage::SalvageArgs),
@@ -130,6 +135,7 @@ fn main() -> ExitCode {
         Command::Get(a) => kv::get(a),
         Command::Delete(a) => kv::delete(a),
         Command::Scan(a) => kv::scan(a),
+        Command::Version(c) => version::run(c),
         Command::Stats(a) => inspect::stats(a),
         Command::Check(a) => inspect::check(a),
         Command::Salvage(a) => salvage::run(a),

@@ -120,6 +120,8 @@ fn report_quick_writes_every_section() {
         "64KiB",
         "--sweep-records",
         "3000",
+        "--versioned-inserts",
+        "1200",
     ]);
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
     let md = std::fs::read_to_string(out.join("index.md")).unwrap();
@@ -127,6 +129,7 @@ fn report_quick_writes_every_section() {
         "Device profile",
         "Tuning",
         "Seed 001",
+        "Seed 003",
         "Seed 004",
         "Node-size sweep",
     ] {
@@ -146,6 +149,8 @@ fn report_quick_writes_every_section() {
         "rum.svg",
         "rum-fits.svg",
         "sweep.svg",
+        "versioned.svg",
+        "versioned.json",
         "profile.json",
         "rum.json",
         "seed001.json",

@@ -5,8 +5,9 @@
 //! every clone.
 //!
 //! ```text
-//! superblock: 0 tag u8 (4) | 1 version u8 | 2 buffer u32 | 6 level-0 entries u32 |
-//!             10 block u32 | 14 filter bits f64 | 22 manifest id u64 | 30 next seq u64
+//! superblock: 0 tag u8 (4) | 1 version u8 (2) | 2 buffer u32 | 6 level-0 entries u32 |
+//!             10 block u32 | 14 filter bits f64 | 22 manifest id u64 | 30 next seq u64 |
+//!             38 flags u8 (1: no density amplification; version 2 on, version 1 has none)
 //! manifest:   flushes u64 | merges u64 | splits u64 | dropped entries u64 |
 //!             merge bytes read u64 | merge bytes written u64 | version tree (engine::versions) |
 //!             levels u32, per level: arrays u32, per array: id u64, entries u64, bytes u64,
@@ -19,9 +20,12 @@ use super::*;
 use crate::codec::{Reader, Writer};
 use crate::engine::{meta_reader, meta_writer};
 
-pub(super) const META_VERSION: u8 = 1;
+/// Version 2 added the flags byte; version 1 (without it) is still read, as flags 0.
+pub(super) const META_VERSION: u8 = 2;
 #[cfg(test)]
-const META_LEN: usize = 38;
+const META_LEN: usize = 39;
+/// The flag of a configuration without density amplification.
+const NO_DENSITY_AMPLIFICATION: u8 = 1;
 /// The least an array's manifest entry takes.
 const ARRAY_ENTRY: usize = 28;
 
@@ -46,24 +50,37 @@ pub(super) fn encode_meta(cfg: &Config, manifest: NodeId, next_seq: u64) -> Vec<
         .u32(cfg.block_bytes as u32)
         .u64(cfg.filter_bits.to_bits())
         .u64(manifest)
-        .u64(next_seq);
+        .u64(next_seq)
+        .u8(if cfg.density_amplification {
+            0
+        } else {
+            NO_DENSITY_AMPLIFICATION
+        });
     w.finish()
 }
 
 /// The configuration, the manifest's id and the next sequence number.
 pub(super) fn decode_meta(meta: &[u8], file: &str) -> Result<(Config, NodeId, u64)> {
     let bad = |what: &str| Error::corruption(file, 0, format!("SDA metadata: {what}"));
-    let (_, mut r) = meta_reader(meta, ENGINE_TAG, META_VERSION, file, bad)?;
+    let (version, mut r) = meta_reader(meta, ENGINE_TAG, META_VERSION, file, bad)?;
     let field = |e: String| bad(&e);
-    let cfg = Config {
+    let mut cfg = Config {
         buffer_bytes: r.u32().map_err(field)? as usize,
         level0_entries: r.u32().map_err(field)?,
         block_bytes: r.u32().map_err(field)? as usize,
         filter_bits: f64::from_bits(r.u64().map_err(field)?),
+        density_amplification: true,
     };
     cfg.check().map_err(|_| bad("configuration out of range"))?;
     let manifest = r.u64().map_err(field)?;
     let next_seq = r.u64().map_err(field)?;
+    if version >= 2 {
+        let flags = r.u8().map_err(field)?;
+        if flags & !NO_DENSITY_AMPLIFICATION != 0 {
+            return Err(bad(&format!("unknown flags {flags:#x}")));
+        }
+        cfg.density_amplification = flags & NO_DENSITY_AMPLIFICATION == 0;
+    }
     Ok((cfg, manifest, next_seq))
 }
 
@@ -169,16 +186,38 @@ mod tests {
         let hex: String = meta.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(
             hex,
-            "040100020000040000000001000000000000000024400700000000000000d204000000000000"
+            "040200020000040000000001000000000000000024400700000000000000d20400000000000000"
         );
         let (cfg, manifest, seq) = decode_meta(&meta, "f").unwrap();
         assert_eq!((cfg, manifest, seq), (Config::tiny(), 7, 1234));
+        let off = Config {
+            density_amplification: false,
+            ..Config::tiny()
+        };
+        let meta_off = encode_meta(&off, 7, 1234);
+        assert_eq!(meta_off[META_LEN - 1], NO_DENSITY_AMPLIFICATION);
+        assert_eq!(decode_meta(&meta_off, "f").unwrap().0, off);
+        let mut unknown = meta_off.clone();
+        unknown[META_LEN - 1] = 0x80;
+        assert!(decode_meta(&unknown, "f").is_err());
+        // Version 1, written before the flags byte: density amplification on.
+        let v1 = hex_bytes(
+            "040100020000040000000001000000000000000024400700000000000000d204000000000000",
+        );
+        assert_eq!(decode_meta(&v1, "f").unwrap(), (Config::tiny(), 7, 1234));
         let mut newer = meta.clone();
         newer[1] = META_VERSION + 1;
         assert!(matches!(
             decode_meta(&newer, "f"),
             Err(Error::UnsupportedVersion { .. })
         ));
+    }
+
+    fn hex_bytes(hex: &str) -> Vec<u8> {
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     #[test]

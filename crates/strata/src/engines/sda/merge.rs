@@ -9,7 +9,8 @@
 //!   then frees the inputs. Each piece goes to the level of its size, or the inputs' level if
 //!   that is higher.
 //!
-//! Debug builds check every written piece's density and, after the merges, stratification.
+//! Debug builds check every written piece's density (with density amplification on) and,
+//! after the merges, stratification.
 
 use std::collections::BTreeSet;
 
@@ -117,14 +118,24 @@ impl Sda {
     /// above.
     fn write_pieces(&mut self, entries: &[Entry], w_set: &[Version], level: usize) -> Result<()> {
         let live = policy::live_sets(entries, w_set, &self.tree);
-        let pieces = policy::split(&live, &self.tree);
         let kept: BTreeSet<usize> = live.iter().flat_map(|(_, l)| l.iter().copied()).collect();
+        let pieces = if self.cfg.density_amplification {
+            policy::split(&live, &self.tree)
+        } else if kept.is_empty() {
+            Vec::new()
+        } else {
+            // One array for the versions that see anything of it, dense or not.
+            vec![policy::Piece {
+                versions: live.iter().map(|(v, _)| *v).collect(),
+                entries: kept.iter().copied().collect(),
+            }]
+        };
         self.counters.dropped += (entries.len() - kept.len()) as u64;
         if pieces.len() > 1 {
             self.counters.splits += 1;
         }
         #[cfg(debug_assertions)]
-        {
+        if self.cfg.density_amplification {
             let counts = live.iter().map(|(v, l)| (*v, l.len())).collect();
             for p in &pieces {
                 assert!(

@@ -347,10 +347,31 @@ mod tests {
     /// reference map, and `check` along the way.
     #[test]
     fn matches_the_reference_through_merges_splits_and_reopens() {
-        let mut t = fresh(Config::tiny());
+        let s = against_the_reference(Config::tiny(), 4000);
+        assert!(s.detail("merges") > 50, "{s:?}");
+        assert!(s.detail("splits") > 0, "{s:?}");
+        assert!(s.detail("dropped_entries") > 0, "{s:?}");
+    }
+
+    /// Without density amplification (seed 003 §8's third line) the answers are the same;
+    /// merges write one array each, and the setting survives a reopen.
+    #[test]
+    fn without_density_amplification_reads_are_the_same_and_nothing_splits() {
+        let cfg = Config {
+            density_amplification: false,
+            ..Config::tiny()
+        };
+        let s = against_the_reference(cfg, 1500);
+        assert!(s.detail("merges") > 20, "{s:?}");
+        assert_eq!(s.detail("splits"), 0, "{s:?}");
+    }
+
+    /// `steps` random operations checked against the reference; the final stats.
+    fn against_the_reference(cfg: Config, steps: u64) -> EngineStats {
+        let mut t = fresh(cfg);
         let mut m = VersionedMap::new();
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        for step in 0..4000u64 {
+        for step in 0..steps {
             let live: Vec<Version> = m.versions().live().collect();
             let v = live[rng.below(live.len() as u64) as usize];
             let key = format!("k{:02}", rng.below(40)).into_bytes();
@@ -394,6 +415,7 @@ mod tests {
             t.settle().unwrap();
             if step % 500 == 499 {
                 t = reopen(t, step);
+                assert_eq!(t.config(), cfg, "the configuration survives a reopen");
                 t.check().unwrap();
                 if step % 1000 == 999 {
                     // Fully merged, exactly what some live version reads is stored.
@@ -411,10 +433,7 @@ mod tests {
                 }
             }
         }
-        let s = t.stats();
-        assert!(s.detail("merges") > 50, "{s:?}");
-        assert!(s.detail("splits") > 0, "{s:?}");
-        assert!(s.detail("dropped_entries") > 0, "{s:?}");
+        t.stats()
     }
 
     /// Distinct (key, version) pairs stored in the arrays.

@@ -1,0 +1,316 @@
+//! End-to-end tests of `strata version ...` and `strata bench versioned`: the real executable
+//! against versioned databases in temporary directories, over both engines; bad input exits
+//! non-zero with a clear message and leaves every file as it was.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+fn strata(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .output()
+        .expect("run strata")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Run a command that must succeed; returns its stdout.
+fn ok(args: &[&str]) -> String {
+    let out = strata(args);
+    assert!(
+        out.status.success(),
+        "strata {args:?} failed with {}: {}",
+        out.status,
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// Run a command that must fail with `code`; returns its stderr.
+fn fails(args: &[&str], code: i32) -> String {
+    let out = strata(args);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "strata {args:?}: stdout {} stderr {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stderr)
+}
+
+/// Every file of a directory and its bytes.
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The same session on either engine: writes, clones, reads that follow the nearest
+/// ancestor, a key deleted at one leaf, a diff, the tree as a table and as JSON.
+fn round_trip(engine: &str) {
+    let tmp = TempDir::new().unwrap();
+    let db = tmp.path().join("db").display().to_string();
+    let v = |args: &[&str]| {
+        let mut all = vec!["version"];
+        all.extend_from_slice(args);
+        all.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let run = |args: &[&str]| {
+        let a = v(args);
+        ok(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    run(&["put", "--db", &db, "--engine", engine, "0", "a", "1"]);
+    run(&["put", "--db", &db, "0", "b", "2"]);
+    assert_eq!(run(&["clone", "--db", &db, "0"]), "1\n");
+    assert_eq!(run(&["clone", "--db", &db, "0"]), "2\n");
+    run(&["put", "--db", &db, "1", "a", "one"]);
+    run(&["put", "--db", &db, "1", "c", "tab\there"]);
+    run(&["delete", "--db", &db, "2", "--key", "b"]);
+
+    assert_eq!(run(&["get", "--db", &db, "1", "a"]), "one\n");
+    assert_eq!(run(&["get", "--db", &db, "2", "a"]), "1\n");
+    assert_eq!(run(&["get", "--db", &db, "0", "a"]), "1\n");
+    assert_eq!(run(&["get", "--db", &db, "1", "b"]), "2\n");
+    let err = fails(&["version", "get", "--db", &db, "2", "b"], 1);
+    assert!(err.contains("not found"), "{err}");
+
+    assert_eq!(
+        run(&["scan", "--db", &db, "1"]),
+        "a\tone\nb\t2\nc\ttab\\there\n"
+    );
+    assert_eq!(run(&["scan", "--db", &db, "2"]), "a\t1\n");
+    assert_eq!(
+        run(&["scan", "--db", &db, "0", "--reverse"]),
+        "b\t2\na\t1\n"
+    );
+    assert_eq!(
+        run(&["scan", "--db", &db, "1", "--from", "b", "--to", "c"]),
+        "b\t2\n"
+    );
+    assert_eq!(
+        run(&["scan", "--db", &db, "1", "--reverse", "--limit", "1"]),
+        "c\ttab\\there\n"
+    );
+    assert_eq!(
+        run(&["scan", "--db", &db, "1", "--hex", "--from", "63"]),
+        "63\t7461620968657265\n"
+    );
+
+    // 1 against 2: a differs, b and c are 1's alone.
+    assert_eq!(
+        run(&["diff", "--db", &db, "1", "2"]),
+        "-a\tone\n+a\t1\n-b\t2\n-c\ttab\\there\n"
+    );
+    assert_eq!(run(&["diff", "--db", &db, "0", "0"]), "");
+
+    let table = run(&["list", "--db", &db]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "{table}");
+    assert!(lines[0].contains("version") && lines[0].contains("state"));
+    assert!(lines[1].contains("internal") && lines[1].contains("1,2"));
+    assert!(lines[2].contains("leaf") && lines[3].contains("leaf"));
+
+    // Deleting leaf 2: it is gone from the tree; 1 is untouched.
+    run(&["delete", "--db", &db, "2"]);
+    let list: Value = serde_json::from_str(&run(&["list", "--db", &db, "--json"])).unwrap();
+    let list = list.as_array().unwrap();
+    let states: Vec<(u64, &str)> = list
+        .iter()
+        .map(|v| (v["version"].as_u64().unwrap(), v["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(states, vec![(0, "internal"), (1, "leaf")]);
+    assert_eq!(list[1]["parent"], 0);
+    assert_eq!(run(&["get", "--db", &db, "1", "a"]), "one\n");
+
+    // Deleting internal version 0 keeps it as a ghost that 1 still reads through.
+    run(&["delete", "--db", &db, "0"]);
+    let list: Value = serde_json::from_str(&run(&["list", "--db", &db, "--json"])).unwrap();
+    assert_eq!(list[0]["state"], "deleted");
+    assert_eq!(run(&["get", "--db", &db, "1", "b"]), "2\n");
+}
+
+#[test]
+fn versions_clone_read_write_and_diff_on_the_sda() {
+    round_trip("sda");
+}
+
+#[test]
+fn versions_clone_read_write_and_diff_on_the_cow_btree() {
+    round_trip("cow");
+}
+
+#[test]
+fn bad_versions_are_refused_and_change_nothing() {
+    let tmp = TempDir::new().unwrap();
+    let dir = tmp.path().join("db");
+    let db = dir.display().to_string();
+    ok(&["version", "put", "--db", &db, "0", "k", "v"]);
+    ok(&["version", "clone", "--db", &db, "0"]);
+    ok(&["version", "clone", "--db", &db, "1"]);
+    ok(&["version", "clone", "--db", &db, "0"]);
+    ok(&["version", "delete", "--db", &db, "3"]);
+    let before = files(&dir);
+    let huge = "x".repeat(70_000);
+    for (args, says) in [
+        (vec!["put", "0", "k", "w"], "version 0: an internal version"),
+        (vec!["put", "1", "k", "w"], "version 1: an internal version"),
+        (vec!["delete", "0", "--key", "k"], "internal version"),
+        (vec!["put", "9", "k", "w"], "version 9: no such version"),
+        (vec!["put", "3", "k", "w"], "version 3: deleted"),
+        (vec!["get", "3", "k"], "version 3: deleted"),
+        (vec!["get", "9", "k"], "no such version"),
+        (vec!["scan", "3"], "version 3: deleted"),
+        (vec!["clone", "3"], "version 3: deleted"),
+        (vec!["clone", "9"], "no such version"),
+        (vec!["delete", "3"], "version 3: deleted"),
+        (vec!["delete", "9"], "no such version"),
+        (vec!["diff", "2", "3"], "version 3: deleted"),
+        (vec!["diff", "9", "2"], "no such version"),
+        (vec!["put", "2", &huge, "v"], "key"),
+    ] {
+        let mut all = vec!["version", args[0], "--db", &db];
+        all.extend_from_slice(&args[1..]);
+        let err = fails(&all, 1);
+        assert!(
+            err.starts_with("error: ") && err.contains(says),
+            "{args:?}: {err}"
+        );
+        assert!(files(&dir) == before, "{args:?} changed a file");
+    }
+    // A second positional after the version is a usage error, not a version delete.
+    fails(&["version", "delete", "--db", &db, "2", "k"], 1);
+    // The engine of an existing database is its own.
+    let err = fails(
+        &[
+            "version", "put", "--db", &db, "--engine", "cow", "2", "k", "v",
+        ],
+        1,
+    );
+    assert!(err.contains("sda database"), "{err}");
+    assert!(files(&dir) == before);
+    // Leaf 2 still takes writes, and reads through to 0's.
+    assert_eq!(ok(&["version", "get", "--db", &db, "2", "k"]), "v\n");
+    ok(&["version", "put", "--db", &db, "2", "k", "two"]);
+    assert_eq!(ok(&["version", "get", "--db", &db, "2", "k"]), "two\n");
+    assert_eq!(ok(&["version", "get", "--db", &db, "1", "k"]), "v\n");
+}
+
+#[test]
+fn commands_on_a_missing_or_plain_db_fail_without_creating_one() {
+    let tmp = TempDir::new().unwrap();
+    let db = tmp.path().join("db").display().to_string();
+    for args in [
+        vec!["list"],
+        vec!["clone", "0"],
+        vec!["get", "0", "k"],
+        vec!["scan", "0"],
+        vec!["delete", "0"],
+        vec!["delete", "0", "--key", "k"],
+        vec!["diff", "0", "0"],
+        vec!["put", "1", "k", "v"],
+    ] {
+        let mut all = vec!["version", args[0], "--db", &db];
+        all.extend_from_slice(&args[1..]);
+        let err = fails(&all, 1);
+        assert!(
+            err.starts_with("error: ") && err.contains(&db),
+            "{args:?}: {err}"
+        );
+        assert!(!Path::new(&db).exists(), "{args:?} created {db}");
+    }
+    // A plain database is not a versioned one, and the other way round.
+    let plain = tmp.path().join("plain").display().to_string();
+    ok(&["put", "--db", &plain, "k", "v"]);
+    let err = fails(&["version", "list", "--db", &plain], 1);
+    assert!(err.contains("versioned"), "{err}");
+    fails(&["version", "put", "--db", &plain, "0", "k", "v"], 1);
+    assert_eq!(ok(&["get", "--db", &plain, "k"]), "v\n");
+}
+
+/// The experiment's three lines on a simulated disk, tiny: every line answers the same range
+/// queries with the same number of elements, and the SDA splits where the other SDA cannot.
+#[test]
+fn bench_versioned_runs_three_lines_on_the_same_workload() {
+    let tmp = TempDir::new().unwrap();
+    let svg = tmp.path().join("v.svg");
+    let out = ok(&[
+        "bench",
+        "versioned",
+        "--sim",
+        "--inserts",
+        "1200",
+        "--clone-every",
+        "150",
+        "--cache",
+        "16KiB",
+        "--block",
+        "2KiB",
+        "--points",
+        "3",
+        "--ranges",
+        "3",
+        "--svg",
+        svg.to_str().unwrap(),
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let lines = v["lines"].as_array().unwrap();
+    let names: Vec<&str> = lines.iter().map(|l| l["line"].as_str().unwrap()).collect();
+    assert_eq!(names, ["cow", "sda", "sda-no-da"]);
+    let elements = |l: &Value| -> Vec<u64> {
+        l["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["range_elements"].as_u64().unwrap())
+            .collect()
+    };
+    let first = elements(&lines[0]);
+    assert_eq!(first.len(), 3);
+    assert!(first.iter().sum::<u64>() > 0);
+    for l in lines {
+        assert_eq!(elements(l), first, "{} answered differently", l["line"]);
+        let s = &l["summary"];
+        assert!(s["inserts_per_sec"].as_f64().unwrap() > 0.0, "{l}");
+        assert!(
+            s["blocks_written_per_insert"].as_f64().unwrap() > 0.0,
+            "{l}"
+        );
+        assert!(s["insert_bound"].as_f64().unwrap() > 0.0, "{l}");
+        let sp = &l["space"];
+        let live = |at: &str| sp[at]["live_bytes"].as_u64().unwrap();
+        assert!(live("after_delete") < live("before_delete"), "{sp}");
+        assert!(sp["leaves_deleted"].as_u64().unwrap() >= 1);
+    }
+    let detail = |l: &Value, name: &str| -> u64 {
+        l["detail"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d[0] == name)
+            .and_then(|d| d[1].as_u64())
+            .unwrap()
+    };
+    assert!(
+        detail(&lines[1], "splits") > 0,
+        "density amplification split nothing"
+    );
+    assert_eq!(detail(&lines[2], "splits"), 0);
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("SDA"));
+    let err = fails(&["bench", "versioned", "--sim", "--lines", "btree"], 1);
+    assert!(err.contains("no line"), "{err}");
+}
