@@ -520,6 +520,8 @@ impl Db {
     /// leaves the old copies of rewritten blocks behind; an LSM-tree's merges leave their
     /// inputs' extents), move the blocks of the file's tail down into them and checkpoint again,
     /// so that the closed file ends at its last live block. The moves are counted IO like any.
+    /// The holes that remain are given back to the file system (punched), so the closed
+    /// database takes about the space its live blocks take.
     pub fn close(self) -> Result<()> {
         let mut st = self.state()?;
         self.checkpoint_locked(&mut st)?;
@@ -528,6 +530,7 @@ impl Db {
         if stats.free_bytes * 10 > file && st.engine.relocate_tail()? > 0 {
             self.checkpoint_locked(&mut st)?;
         }
+        st.engine.release_free()?;
         Ok(())
     }
 

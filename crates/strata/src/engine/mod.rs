@@ -122,6 +122,11 @@ pub trait Engine: Send {
     /// below them (`Pager::relocate_tail`); the next checkpoint makes it durable and shortens
     /// the file. Returns the bytes moved.
     fn relocate_tail(&mut self) -> Result<u64>;
+    /// Right after a completed checkpoint, when the engine is closing: give the data file's
+    /// free extents back to the file system (`Pager::release_free`). Returns the bytes.
+    fn release_free(&mut self) -> Result<u64> {
+        Ok(0)
+    }
     /// Cache bytes of the nodes a checkpoint would write now.
     fn dirty_bytes(&self) -> u64;
     fn stats(&self) -> EngineStats;

@@ -479,7 +479,8 @@ pub fn betree_paper(inp: &PredictInput, m: &Affine) -> Prediction {
 /// into it from memory, and flushes into leaves that are not resident spilled as runs beside
 /// them, one drain (a read of the leaf and its runs and one rewrite) per `spills + 1` flushes.
 /// Point and range queries are priced as in `betree_paper` (runs are not read: a query probes
-/// their filters and reads a chunk only when its key is there, about 1% of misses). The tuner
+/// their filters, 16 bits a key, and reads a chunk only when its key is there or, for 0.07% of
+/// the others, a false positive lets it through: not priced). The tuner
 /// ranks geometries with this; `betree_load` averages it over a load.
 pub fn betree_engine(inp: &PredictInput, m: &Affine) -> Prediction {
     betree_with(inp, m, Account::Engine).0

@@ -142,6 +142,14 @@ impl Allocator {
         self.end
     }
 
+    /// The free extents, in file order.
+    pub fn free_extents(&self) -> Vec<Extent> {
+        self.by_offset
+            .iter()
+            .map(|(&offset, &len)| Extent { offset, len })
+            .collect()
+    }
+
     pub fn free_bytes(&self) -> u64 {
         self.by_offset.values().sum()
     }

@@ -42,6 +42,12 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     }
     fn len(&self) -> Result<u64>;
     fn set_len(&self, len: u64) -> Result<()>;
+    /// Give `len` bytes at `offset`, which hold nothing anyone will read again, back to the
+    /// file system, leaving a hole that reads as zeros (the file's length is unchanged). A
+    /// device that cannot does nothing: the space stays allocated and is reused all the same.
+    fn discard(&self, _offset: u64, _len: u64) -> Result<()> {
+        Ok(())
+    }
     /// Bytes the device has really allocated (a sparse file allocates less than its length).
     fn allocated(&self) -> Result<u64> {
         self.len()
@@ -90,6 +96,9 @@ impl Device for Metered {
     }
     fn set_len(&self, len: u64) -> Result<()> {
         self.inner.set_len(len)
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        self.inner.discard(offset, len)
     }
     fn allocated(&self) -> Result<u64> {
         self.inner.allocated()
@@ -328,6 +337,31 @@ impl Device for FileDevice {
         self.file
             .set_len(len)
             .map_err(|e| Error::io(format!("truncate {} to {len}", self.name), e))
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: a plain system call on a file descriptor this device owns.
+        let r = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                mode,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            // A file system without holes keeps the space; nothing is lost but the saving.
+            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                return Ok(());
+            }
+            return Err(Error::io(
+                format!("punch a hole of {len} bytes at {offset} in {}", self.name),
+                e,
+            ));
+        }
+        Ok(())
     }
 
     fn allocated(&self) -> Result<u64> {

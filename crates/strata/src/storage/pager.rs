@@ -524,6 +524,20 @@ impl Pager {
         Ok(moved)
     }
 
+    /// Give the space of every free extent back to the file system as a hole: the closed file
+    /// then takes only what its live blocks take. Safe for the free map's extents, which no
+    /// durable checkpoint references; the allocator's lock is held throughout, so none is
+    /// handed out meanwhile. Returns the bytes given back.
+    pub fn release_free(&mut self) -> Result<u64> {
+        let a = self.alloc();
+        let mut released = 0;
+        for e in a.free_extents() {
+            self.dev.discard(e.offset, e.len)?;
+            released += e.len;
+        }
+        Ok(released)
+    }
+
     /// Forget node `id`; its extent is reused once no durable checkpoint references it.
     pub fn free(&mut self, id: NodeId) {
         if let Some(ext) = self.table.remove(&id) {

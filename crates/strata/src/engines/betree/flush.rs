@@ -73,7 +73,10 @@ impl BeTree {
         };
         let seg = seg.data.expect("dirty nodes are resident");
         let filter = if seg.ranges().is_empty() {
-            Filter::build(seg.points().iter().map(|m| m.key.as_slice()))
+            Filter::build_bits(
+                seg.points().iter().map(|m| m.key.as_slice()),
+                policy::RUN_FILTER_BITS,
+            )
         } else {
             Filter::any()
         };

@@ -180,6 +180,10 @@ impl BeTree {
                 }
             }
         };
+        if installed.is_err() {
+            // A raw segment that failed to decode is gone: the node shrank.
+            self.store.recharge(pin);
+        }
         installed.map_err(|what| {
             let at = self.store.pager().offset_of(pin.id()) + loc.off as u64;
             Error::corruption(
@@ -476,6 +480,10 @@ impl Engine for BeTree {
 
     fn relocate_tail(&mut self) -> Result<u64> {
         self.store.pager_mut().relocate_tail()
+    }
+
+    fn release_free(&mut self) -> Result<u64> {
+        self.store.pager_mut().release_free()
     }
 
     fn dirty_bytes(&self) -> u64 {

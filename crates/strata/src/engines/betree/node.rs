@@ -575,7 +575,10 @@ impl StoredNode for Block {
             Block::Leaf(l) => l.head_len(),
             Block::Run(r) => r.head_len(),
         };
-        256 + head + (0..self.parts()).map(|i| self.part_charge(i)).sum::<usize>()
+        256 + head
+            + (0..self.parts())
+                .map(|i| self.part_charge(i))
+                .sum::<usize>()
     }
 
     fn load(pager: &Pager, id: NodeId) -> Result<Block> {

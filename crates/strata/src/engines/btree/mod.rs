@@ -289,6 +289,10 @@ impl Engine for BTree {
         self.store.pager_mut().relocate_tail()
     }
 
+    fn release_free(&mut self) -> Result<u64> {
+        self.store.pager_mut().release_free()
+    }
+
     fn dirty_bytes(&self) -> u64 {
         self.store.dirty_bytes() as u64
     }

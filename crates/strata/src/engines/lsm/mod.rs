@@ -312,6 +312,11 @@ impl Engine for Lsm {
         self.store.pager_mut().relocate_tail()
     }
 
+    fn release_free(&mut self) -> Result<u64> {
+        self.reap(true)?;
+        self.store.pager_mut().release_free()
+    }
+
     fn dirty_bytes(&self) -> u64 {
         self.mem.bytes() as u64
     }
