@@ -4,9 +4,13 @@
 //!    sequential write bandwidth (and a file whose blocks are really on the device);
 //! 2. affine: random 4 KiB-aligned reads at queue depth 1 of each size 4 KiB .. 16 MiB, for a time
 //!    budget per size; a robust fit of s + t·x finds the sizes where the model holds;
-//! 3. PDAM: p = 1, 2, 4, .., 64 threads reading random 64 KiB blocks for a time budget each; the
-//!    throughput gives the time for every thread to read a fixed amount (10 GiB, as in the seed),
-//!    and a segmented regression of that time against p gives P and the saturation bandwidth;
+//! 3. PDAM: p = 1, 2, 4, .., 64 threads reading random 64 KiB blocks for a time budget each, in
+//!    several passes over the thread counts, up and down in turn; each count's throughput is the
+//!    median of its passes. That gives the time for every thread to read a fixed amount (10 GiB,
+//!    as in the seed), and a segmented regression of that time against p gives P and the
+//!    saturation bandwidth. Passes, because a real device drifts by tens of percent from one
+//!    second to the next (docs/models.md, "Profiling a real disk"): measured once each, in one
+//!    sweep, p = 1 and p = 64 are taken at different moments and P, their ratio, carries the drift;
 //! 4. fsync: a 4 KiB append then an fdatasync, timed on the sync, as a durable commit pays it.
 //!
 //! Invariants: budgets bound the time of each step (plus one IO); every size and thread count
@@ -46,8 +50,10 @@ pub struct ProfileConfig {
     /// Thread counts of the PDAM benchmark.
     pub threads: Vec<u32>,
     pub pdam_block: u64,
-    /// Measuring time per thread count.
+    /// Measuring time per thread count and pass.
     pub thread_budget_s: f64,
+    /// Passes over the thread counts (ascending, then descending, ...).
+    pub pdam_passes: u32,
     pub min_per_thread: u64,
     /// Cap on reads per thread (only a virtual clock needs it: it cannot run out of time).
     pub max_per_thread: u64,
@@ -69,7 +75,7 @@ fn powers(lo: u64, hi: u64) -> Vec<u64> {
 }
 
 impl ProfileConfig {
-    /// The full profile: about 2 s per IO size and 2 s per thread count.
+    /// The full profile: about 2 s per IO size and 2 s per thread count (three passes).
     pub fn full() -> ProfileConfig {
         ProfileConfig {
             sizes: powers(4 << 10, 16 << 20),
@@ -78,7 +84,8 @@ impl ProfileConfig {
             max_ios: 100_000,
             threads: powers(1, 64).into_iter().map(|t| t as u32).collect(),
             pdam_block: 64 << 10,
-            thread_budget_s: 2.0,
+            thread_budget_s: 0.7,
+            pdam_passes: 3,
             min_per_thread: 4,
             max_per_thread: 4096,
             per_thread_bytes: 10 << 30,
@@ -95,7 +102,7 @@ impl ProfileConfig {
         ProfileConfig {
             size_budget_s: 0.4,
             min_ios: 8,
-            thread_budget_s: 0.6,
+            thread_budget_s: 0.35,
             min_per_thread: 2,
             max_per_thread: 256,
             fsync_samples: 16,
@@ -197,29 +204,52 @@ fn affine(
 }
 
 fn pdam(t: &dyn Target, cfg: &ProfileConfig, progress: &dyn Progress) -> Result<Vec<PdamPoint>> {
-    progress.phase("pdam", cfg.threads.len() as u64);
-    let mut points = Vec::new();
-    let blocks_per_thread = cfg.per_thread_bytes as f64 / cfg.pdam_block as f64;
-    for (i, &p) in cfg.threads.iter().enumerate() {
-        let run = t.concurrent_reads(
-            p,
-            cfg.pdam_block,
-            cfg.thread_budget_s,
-            cfg.min_per_thread,
-            cfg.max_per_thread,
-            cfg.seed ^ (0xD0 + i as u64),
-        )?;
-        let per_s = run.ios as f64 / run.elapsed_s;
-        points.push(PdamPoint {
-            threads: p,
-            ios: run.ios,
-            elapsed_s: run.elapsed_s,
-            bytes_per_s: per_s * cfg.pdam_block as f64,
-            completion_s: p as f64 * blocks_per_thread / per_s,
-        });
-        progress.step(&format!("{p} threads"));
+    let n = cfg.threads.len();
+    let passes = cfg.pdam_passes.max(1);
+    progress.phase("pdam", passes as u64 * n as u64);
+    // Per thread count: (IOs, seconds) of each pass.
+    let mut runs: Vec<Vec<(u64, f64)>> = vec![Vec::new(); n];
+    for pass in 0..passes {
+        // Up, then down: a drift during the profile then reaches every count from both sides.
+        let order: Vec<usize> = if pass % 2 == 0 {
+            (0..n).collect()
+        } else {
+            (0..n).rev().collect()
+        };
+        for i in order {
+            let p = cfg.threads[i];
+            let run = t.concurrent_reads(
+                p,
+                cfg.pdam_block,
+                cfg.thread_budget_s,
+                cfg.min_per_thread,
+                cfg.max_per_thread,
+                cfg.seed ^ (0xD0 + i as u64) ^ ((pass as u64) << 32),
+            )?;
+            runs[i].push((run.ios, run.elapsed_s));
+            progress.step(&format!("{p} threads"));
+        }
     }
-    Ok(points)
+    let blocks_per_thread = cfg.per_thread_bytes as f64 / cfg.pdam_block as f64;
+    let block = cfg.pdam_block as f64;
+    Ok(cfg
+        .threads
+        .iter()
+        .zip(runs)
+        .map(|(&p, runs)| {
+            let passes_bytes_per_s: Vec<f64> =
+                runs.iter().map(|&(ios, s)| ios as f64 * block / s).collect();
+            let (_, median, _) = stats(passes_bytes_per_s.clone());
+            PdamPoint {
+                threads: p,
+                ios: runs.iter().map(|r| r.0).sum(),
+                elapsed_s: runs.iter().map(|r| r.1).sum(),
+                bytes_per_s: median,
+                completion_s: p as f64 * blocks_per_thread * block / median,
+                passes_bytes_per_s,
+            }
+        })
+        .collect())
 }
 
 /// Append 4 KiB past the end and fdatasync, as the write-ahead log commits: the file grows, so

@@ -86,9 +86,14 @@ pub struct PdamPoint {
     /// Reads completed in the measured interval, all threads together.
     pub ios: u64,
     pub elapsed_s: f64,
+    /// The median of the passes' throughputs (`passes_bytes_per_s`).
     pub bytes_per_s: f64,
     /// Time for every thread to read `per_thread_bytes`, from the measured throughput.
     pub completion_s: f64,
+    /// Throughput of each pass over the thread counts, in the order measured (empty in profiles
+    /// written before passes, or made from models).
+    #[serde(default)]
+    pub passes_bytes_per_s: Vec<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
