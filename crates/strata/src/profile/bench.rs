@@ -3,7 +3,9 @@
 //! 1. fill: write the scratch space sequentially in 4 MiB O_DIRECT writes and sync: the
 //!    sequential write bandwidth (and a file whose blocks are really on the device);
 //! 2. affine: random 4 KiB-aligned reads at queue depth 1 of each size 4 KiB .. 16 MiB, for a time
-//!    budget per size; a robust fit of s + t·x finds the sizes where the model holds;
+//!    budget per size, in passes over the sizes (up and down in turn, as for the PDAM below);
+//!    a size's cost is the median of its passes' means, and a robust fit of s + t·x finds the
+//!    sizes where the model holds;
 //! 3. PDAM: p = 1, 2, 4, .., 64 threads reading random 64 KiB blocks for a time budget each, in
 //!    several passes over the thread counts, up and down in turn; each count's throughput is the
 //!    median of its passes. That gives the time for every thread to read a fixed amount (10 GiB,
@@ -43,8 +45,10 @@ impl Progress for Silent {}
 pub struct ProfileConfig {
     /// IO sizes of the affine benchmark.
     pub sizes: Vec<u64>,
-    /// Measuring time per size, seconds on the target's clock.
+    /// Measuring time per size and pass, seconds on the target's clock.
     pub size_budget_s: f64,
+    /// Passes over the sizes (ascending, then descending, ...).
+    pub affine_passes: u32,
     pub min_ios: u64,
     pub max_ios: u64,
     /// Thread counts of the PDAM benchmark.
@@ -79,7 +83,8 @@ impl ProfileConfig {
     pub fn full() -> ProfileConfig {
         ProfileConfig {
             sizes: powers(4 << 10, 16 << 20),
-            size_budget_s: 2.0,
+            size_budget_s: 0.7,
+            affine_passes: 3,
             min_ios: 16,
             max_ios: 100_000,
             threads: powers(1, 64).into_iter().map(|t| t as u32).collect(),
@@ -100,7 +105,7 @@ impl ProfileConfig {
     /// Under a minute on a real disk: shorter budgets, fewer fsyncs.
     pub fn quick() -> ProfileConfig {
         ProfileConfig {
-            size_budget_s: 0.4,
+            size_budget_s: 0.15,
             min_ios: 8,
             thread_budget_s: 0.35,
             min_per_thread: 2,
@@ -170,37 +175,59 @@ fn affine(
         .copied()
         .filter(|&s| s <= t.span() / 2)
         .collect();
-    progress.phase("affine", sizes.len() as u64);
-    let mut points = Vec::new();
-    for &size in &sizes {
-        let mut buf = AlignedBuf::zeroed(size as usize);
-        // One read untimed: the first IO of a size may pay for a cold path.
-        t.read(buf.as_mut_slice(), random_offset(&mut rng, t.span(), size))?;
-        let mut times = Vec::new();
-        let start = t.now_s();
-        loop {
-            let off = random_offset(&mut rng, t.span(), size);
-            let t0 = t.now_s();
-            t.read(buf.as_mut_slice(), off)?;
-            times.push(t.now_s() - t0);
-            let n = times.len() as u64;
-            if n >= cfg.max_ios || (n >= cfg.min_ios && t.now_s() - start >= cfg.size_budget_s) {
-                break;
+    let n = sizes.len();
+    let passes = cfg.affine_passes.max(1);
+    progress.phase("affine", passes as u64 * n as u64);
+    // Per size: every read's time, and each pass's mean.
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut means: Vec<Vec<f64>> = vec![Vec::new(); n];
+    for pass in 0..passes {
+        // Up, then down, as the PDAM passes go: a drift then tilts no line.
+        let order: Vec<usize> = if pass % 2 == 0 {
+            (0..n).collect()
+        } else {
+            (0..n).rev().collect()
+        };
+        for i in order {
+            let size = sizes[i];
+            let mut buf = AlignedBuf::zeroed(size as usize);
+            // One read untimed: the first IO of a size may pay for a cold path.
+            t.read(buf.as_mut_slice(), random_offset(&mut rng, t.span(), size))?;
+            let mut these = Vec::new();
+            let start = t.now_s();
+            loop {
+                let off = random_offset(&mut rng, t.span(), size);
+                let t0 = t.now_s();
+                t.read(buf.as_mut_slice(), off)?;
+                these.push(t.now_s() - t0);
+                let k = these.len() as u64;
+                if k >= cfg.max_ios
+                    || (k >= cfg.min_ios && t.now_s() - start >= cfg.size_budget_s)
+                {
+                    break;
+                }
             }
+            means[i].push(these.iter().sum::<f64>() / these.len() as f64);
+            times[i].extend(these);
+            progress.step(&format!("{size} B"));
         }
-        let ios = times.len() as u64;
-        let (mean_s, median_s, stddev_s) = stats(times);
-        points.push(AffinePoint {
-            bytes: size,
-            ios,
-            mean_s,
-            median_s,
-            stddev_s,
-            fitted: false,
-        });
-        progress.step(&format!("{size} B"));
     }
-    Ok(points)
+    Ok(sizes
+        .iter()
+        .zip(times.into_iter().zip(means))
+        .map(|(&bytes, (times, means))| {
+            let ios = times.len() as u64;
+            let (_, median_s, stddev_s) = stats(times);
+            AffinePoint {
+                bytes,
+                ios,
+                mean_s: stats(means).1,
+                median_s,
+                stddev_s,
+                fitted: false,
+            }
+        })
+        .collect())
 }
 
 fn pdam(t: &dyn Target, cfg: &ProfileConfig, progress: &dyn Progress) -> Result<Vec<PdamPoint>> {

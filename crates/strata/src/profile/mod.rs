@@ -40,6 +40,7 @@ pub const MAX_HALF_BANDWIDTH: f64 = (256u64 << 20) as f64;
 pub struct AffinePoint {
     pub bytes: u64,
     pub ios: u64,
+    /// Mean time of a read: the median over the profiler's passes of each pass's mean.
     pub mean_s: f64,
     pub median_s: f64,
     pub stddev_s: f64,
