@@ -10,6 +10,7 @@
 #   -b STRATA   the strata binary        (default: target/release/strata, else `strata` on PATH)
 #   -f          full `strata profile` instead of --quick
 #   -T          fio --thread (threads of one process) instead of fio's default, processes
+#   -A DIR      summarise the rounds kept in DIR again, measuring nothing
 #   KEEP=DIR    keep each round's raw figures (fio.N, strata.N.json) in DIR
 #
 # Both tools read the same kind of file (SIZE bytes, written sequentially with O_DIRECT and
@@ -19,28 +20,33 @@
 # round and the summary takes medians over rounds: this disk's throughput moves by ±30% from one
 # minute to the next, so one run of each, minutes apart, compares two moments, not two tools.
 #
-# fio's points are fitted here the plain way: s and t by least squares with relative weights on
-# every size; saturation = mean bandwidth at p ≥ 16; P = saturation / bandwidth at p = 1 (the
-# PDAM's own ratio: P blocks per step at saturation, one per step alone). strata's figures are its
-# own fit; its points read by fio's rule are printed too, to tell a measuring gap from a fitting
-# one. Needs python3; installs fio from Debian's packages if it is missing (as root).
+# Each point's median over rounds is fitted here the plain way, for both tools: s and t by least
+# squares with relative weights on every size; saturation = mean bandwidth at p ≥ 16; P =
+# saturation / bandwidth at p = 1 (the PDAM's own ratio: P blocks per step at saturation, one per
+# step alone). Beside them, the median of what `strata profile` itself reported (its robust and
+# segmented fits): the first comparison shows a measuring gap, the second the whole one. Needs
+# python3; installs fio from Debian's packages if it is missing (as root).
 set -euo pipefail
 
-dir=. size=1G rounds=3 secs=1 strata="" full=0 thread=0
-while getopts "d:s:r:t:b:fTh" o; do
+dir=. size=1G rounds=3 secs=1 strata="" full=0 thread=0 again=""
+while getopts "d:s:r:t:b:fTA:h" o; do
     case $o in
         d) dir=$OPTARG ;; s) size=$OPTARG ;; r) rounds=$OPTARG ;; t) secs=$OPTARG ;;
-        b) strata=$OPTARG ;; f) full=1 ;; T) thread=1 ;;
+        b) strata=$OPTARG ;; f) full=1 ;; T) thread=1 ;; A) again=$OPTARG ;;
         *) sed -n '2,14p' "$0"; exit 2 ;;
     esac
 done
 
-if ! command -v fio >/dev/null; then
+if [ -n "$again" ]; then
+    KEEP=$again
+    rounds=$(ls "$again"/fio.* | wc -l)
+fi
+if [ -z "$again" ] && ! command -v fio >/dev/null; then
     echo "fio is missing: installing it from Debian's packages" >&2
     apt-get install -y fio >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y fio >/dev/null; }
 fi
 here=$(cd "$(dirname "$0")/.." && pwd)
-if [ -z "$strata" ]; then
+if [ -z "$strata" ] && [ -z "$again" ]; then
     if [ -x "$here/target/release/strata" ]; then strata="$here/target/release/strata"
     elif [ -n "${CARGO_TARGET_DIR:-}" ] && [ -x "$CARGO_TARGET_DIR/release/strata" ]; then
         strata="$CARGO_TARGET_DIR/release/strata"
@@ -83,6 +89,7 @@ run_strata() { # round
 }
 
 for r in $(seq "$rounds"); do
+    [ -n "$again" ] && break
     start=$(date +%s)
     if [ $((r % 2)) = 1 ]; then run_strata "$r"; run_fio "$r"
     else run_fio "$r"; run_strata "$r"; fi
@@ -93,6 +100,7 @@ python3 - "$out" "$rounds" "$size" "$thread" "$full" <<'EOF'
 import json, statistics as st, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 size, thread, full = sys.argv[3], sys.argv[4] == "1", sys.argv[5] == "1"
+med = st.median
 
 def wls(xs, ys):
     # s + t·x by least squares with weights 1/y² (relative errors: 4 KiB counts as 16 MiB does)
@@ -102,46 +110,51 @@ def wls(xs, ys):
     t = (sw * sxy - sx * sy) / (sw * sxx - sx * sx)
     return (sy - t * sx) / sw, t
 
-def by_rule(bw):  # {threads: bytes/s} -> (saturation, P) by the rule fio's points are read with
+def by_rule(bw):  # {threads: bytes/s} -> (saturation, P)
     sat = st.mean(v for p, v in bw.items() if p >= 16)
     return sat, sat / bw[1]
 
 MiB = 2 ** 20
-rows = {k: ([], []) for k in ["s µs", "t ns/B", "saturation MiB/s", "P"]}
-pts = {"fio": {}, "strata": {}}
+lat = {"fio": {}, "strata": {}}   # size -> [mean latency per round]
+bw = {"fio": {}, "strata": {}}    # threads -> [bytes/s per round]
+own = {k: [] for k in ["s", "t", "sat", "P"]}  # strata's own fitted figures, per round
 for r in range(1, rounds + 1):
-    aff, bw = [], {}
     for line in open(f"{out}/fio.{r}"):
         kind, a, b = line.split()
-        if kind == "affine": aff.append((float(a), float(b)))
-        else: bw[int(a)] = float(b)
-    s, t = wls([x for x, _ in aff], [y for _, y in aff])
-    sat, P = by_rule(bw)
+        d = lat["fio"] if kind == "affine" else bw["fio"]
+        d.setdefault(int(a), []).append(float(b))
     j = json.load(open(f"{out}/strata.{r}.json"))
     a, d = j["affine"], j["pdam"]
-    sbw = {q["threads"]: q["bytes_per_s"] for q in d["points"]}
-    for k, f, v in [("s µs", s * 1e6, a["setup_s"] * 1e6), ("t ns/B", t * 1e9, a["per_byte_s"] * 1e9),
-                    ("saturation MiB/s", sat / MiB, d["saturation_bytes_per_s"] / MiB),
-                    ("P", P, d["parallelism"])]:
-        rows[k][0].append(f); rows[k][1].append(v)
-    for p in bw:
-        pts["fio"].setdefault(p, []).append(bw[p] / MiB)
-        pts["strata"].setdefault(p, []).append(sbw[p] / MiB)
-    ss, sp = by_rule(sbw)
-    s2, t2 = wls([q["bytes"] for q in a["points"]], [q["mean_s"] for q in a["points"]])
-    print(f"round {r}: fio s {s*1e6:.1f} µs t {t*1e9:.3f} ns/B sat {sat/MiB:.0f} MiB/s P {P:.2f} "
-          f"(4 KiB {aff[0][1]*1e6:.0f} µs) | strata s {a['setup_s']*1e6:.1f} t {a['per_byte_s']*1e9:.3f} "
-          f"sat {d['saturation_bytes_per_s']/MiB:.0f} P {d['parallelism']:.2f} "
-          f"(4 KiB {a['points'][0]['mean_s']*1e6:.0f} µs; its points by fio's rule: s {s2*1e6:.1f} "
-          f"t {t2*1e9:.3f} sat {ss/MiB:.0f} P {sp:.2f})")
+    for q in a["points"]:
+        lat["strata"].setdefault(q["bytes"], []).append(q["mean_s"])
+    for q in d["points"]:
+        bw["strata"].setdefault(q["threads"], []).append(q["bytes_per_s"])
+    for k, v in [("s", a["setup_s"]), ("t", a["per_byte_s"]),
+                 ("sat", d["saturation_bytes_per_s"]), ("P", d["parallelism"])]:
+        own[k].append(v)
+    print(f"round {r}: strata profile s {a['setup_s']*1e6:.1f} µs, t {a['per_byte_s']*1e9:.3f} ns/B, "
+          f"saturation {d['saturation_bytes_per_s']/MiB:.0f} MiB/s, P {d['parallelism']:.2f}")
 
+def figures(tool):
+    sizes = sorted(lat[tool])
+    s, t = wls(sizes, [med(lat[tool][x]) for x in sizes])
+    sat, P = by_rule({p: med(v) for p, v in bw[tool].items()})
+    return s, t, sat, P
+
+f, g = figures("fio"), figures("strata")
+o = [med(own["s"]), med(own["t"]), med(own["sat"]), med(own["P"])]
 print(f"\n{size} scratch file, O_DIRECT, {rounds} rounds; fio as {'threads' if thread else 'processes'}, "
-      f"strata profile {'(full)' if full else '--quick'}; medians over rounds")
-print(f"{'':18} {'fio':>10} {'strata':>10} {'strata/fio':>11}")
-for k, (f, v) in rows.items():
-    mf, mv = st.median(f), st.median(v)
-    print(f"{k:18} {mf:10.3f} {mv:10.3f} {mv / mf:10.2f}×")
-print(f"\n64 KiB random reads, MiB/s (median over rounds)\n{'threads':>8} {'fio':>8} {'strata':>8}")
-for p in sorted(pts["fio"]):
-    print(f"{p:8} {st.median(pts['fio'][p]):8.0f} {st.median(pts['strata'][p]):8.0f}")
+      f"strata profile {'(full)' if full else '--quick'}")
+print("fio, strata points: each point's median over rounds, fitted here (s, t: least squares with\n"
+      "weights 1/y²; saturation: mean at p >= 16; P: saturation / p = 1). strata profile: the\n"
+      "median over rounds of what strata profile reported (its own fits).")
+print(f"{'':18} {'fio':>9} {'strata points':>14} {'ratio':>7} {'strata profile':>15} {'ratio':>7}")
+for k, scale, i in [("s µs", 1e6, 0), ("t ns/B", 1e9, 1), ("saturation MiB/s", 1 / MiB, 2), ("P", 1, 3)]:
+    print(f"{k:18} {f[i]*scale:9.3f} {g[i]*scale:14.3f} {g[i]/f[i]:6.2f}× {o[i]*scale:15.3f} {o[i]/f[i]:6.2f}×")
+print(f"\nrandom reads at queue depth 1, mean µs (median over rounds)\n{'size':>9} {'fio':>9} {'strata':>9}")
+for x in sorted(lat["fio"]):
+    print(f"{x:9} {med(lat['fio'][x])*1e6:9.1f} {med(lat['strata'][x])*1e6:9.1f}")
+print(f"\n64 KiB random reads, MiB/s (median over rounds)\n{'threads':>9} {'fio':>9} {'strata':>9}")
+for p in sorted(bw["fio"]):
+    print(f"{p:9} {med(bw['fio'][p])/MiB:9.0f} {med(bw['strata'][p])/MiB:9.0f}")
 EOF
