@@ -551,7 +551,7 @@ fn check_figure(check: &str, label: &str) -> usize {
 }
 
 /// The lines of a dump's level `level`, up to the next level's header.
-fn dump_level<'a>(dump: &'a str, level: usize) -> Vec<&'a str> {
+fn dump_level(dump: &str, level: usize) -> Vec<&str> {
     let header = format!("level {level} (");
     dump.lines()
         .skip_while(|l| !l.starts_with(&header))
@@ -569,14 +569,26 @@ fn dump_shows_the_tree_level_by_level_with_pivots() {
         let tmp = TempDir::new().unwrap();
         let db = db_in(&tmp);
         let mut args = vec![
-            "load", "--engine", engine, "--db", &db, "--keys", "20000", "--node-size", "16KiB",
-            "--no-sync", "--json",
+            "load",
+            "--engine",
+            engine,
+            "--db",
+            &db,
+            "--keys",
+            "20000",
+            "--node-size",
+            "16KiB",
+            "--no-sync",
+            "--json",
         ];
         args.extend_from_slice(extra);
         ok(&args);
         let check = ok(&["check", "--db", &db]);
         let height = check_figure(&check, "height");
-        assert!(height >= 2, "{engine}: a one-node tree shows nothing: {check}");
+        assert!(
+            height >= 2,
+            "{engine}: a one-node tree shows nothing: {check}"
+        );
         let dump = ok(&["dump", "--db", &db]);
         assert!(
             dump.starts_with(&format!("{engine}: height {height}\n")),
@@ -597,31 +609,54 @@ fn dump_shows_the_tree_level_by_level_with_pivots() {
         // nodes; and together they are the nodes `check` counted.
         let leaves = dump_level(&dump, height - 1);
         let leaf_lines: Vec<_> = leaves.iter().filter(|l| !l.starts_with("    ")).collect();
-        assert!(leaf_lines.iter().all(|l| l.starts_with("  leaf ")), "{dump}");
-        assert_eq!(leaf_lines.len(), check_figure(&check, "leaf nodes"), "{dump}");
+        assert!(
+            leaf_lines.iter().all(|l| l.starts_with("  leaf ")),
+            "{dump}"
+        );
+        assert_eq!(
+            leaf_lines.len(),
+            check_figure(&check, "leaf nodes"),
+            "{dump}"
+        );
         let internals = (0..height - 1)
             .flat_map(|l| dump_level(&dump, l))
             .filter(|l| l.starts_with("  internal "))
             .count();
         assert_eq!(internals, check_figure(&check, "internal nodes"), "{dump}");
         if engine == "betree" {
-            assert!(dump.contains("    child ") && dump.contains(" buffered ("), "{dump}");
+            assert!(
+                dump.contains("    child ") && dump.contains(" buffered ("),
+                "{dump}"
+            );
         }
         // --levels cuts the walk below the top levels.
         let top = ok(&["dump", "--db", &db, "--levels", "1"]);
         assert!(top.contains(", showing the top 1\n"), "{top}");
-        assert!(!top.contains("level 1 (") && !top.contains("  leaf "), "{top}");
+        assert!(
+            !top.contains("level 1 (") && !top.contains("  leaf "),
+            "{top}"
+        );
     }
     let tmp = TempDir::new().unwrap();
     let db = db_in(&tmp);
     ok(&[
-        "load", "--engine", "lsm", "--db", &db, "--keys", "50000", "--cache", "1MiB",
-        "--no-sync", "--json",
+        "load",
+        "--engine",
+        "lsm",
+        "--db",
+        &db,
+        "--keys",
+        "50000",
+        "--cache",
+        "1MiB",
+        "--no-sync",
+        "--json",
     ]);
     let dump = ok(&["dump", "--db", &db]);
     assert!(dump.starts_with("lsm: levels "), "{dump}");
     assert!(
-        dump.lines().any(|l| l.starts_with("  table ") && l.contains(", keys \"")),
+        dump.lines()
+            .any(|l| l.starts_with("  table ") && l.contains(", keys \"")),
         "{dump}"
     );
     let err = fails(&["dump", "--db", &db, "--levels", "0"], 1);

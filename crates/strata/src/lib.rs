@@ -44,9 +44,9 @@ mod versioned_db;
 mod wal;
 
 pub use db::{Db, RangeIter};
+pub use engine::dump::{Dump, DumpChild, DumpNode, DumpRun};
 pub use engine::versioned::{DiffEntry, VersionedEngine, VersionedMap};
 pub use engine::versions::{Version, VersionInfo, VersionTree, ROOT as ROOT_VERSION};
-pub use engine::dump::{Dump, DumpChild, DumpNode, DumpRun};
 pub use engine::{CheckReport, Engine, EngineStats};
 pub use engines::betree::{BeTree, Geometry, Origin};
 pub use engines::btree::BTree;

@@ -163,6 +163,17 @@ fn fill(t: &dyn Target, cfg: &ProfileConfig, progress: &dyn Progress) -> Result<
     })
 }
 
+/// The order of pass `pass` over `n` points: up, then down, then up. A device that speeds up or
+/// slows down during the profile then meets the first and the last point alike, and the median
+/// over three passes sets aside the one pass a passing disturbance spoiled.
+fn pass_order(pass: u32, n: usize) -> Vec<usize> {
+    if pass.is_multiple_of(2) {
+        (0..n).collect()
+    } else {
+        (0..n).rev().collect()
+    }
+}
+
 fn affine(
     t: &dyn Target,
     cfg: &ProfileConfig,
@@ -182,13 +193,7 @@ fn affine(
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); n];
     let mut means: Vec<Vec<f64>> = vec![Vec::new(); n];
     for pass in 0..passes {
-        // Up, then down, as the PDAM passes go: a drift then tilts no line.
-        let order: Vec<usize> = if pass % 2 == 0 {
-            (0..n).collect()
-        } else {
-            (0..n).rev().collect()
-        };
-        for i in order {
+        for i in pass_order(pass, n) {
             let size = sizes[i];
             let mut buf = AlignedBuf::zeroed(size as usize);
             // One read untimed: the first IO of a size may pay for a cold path.
@@ -201,8 +206,7 @@ fn affine(
                 t.read(buf.as_mut_slice(), off)?;
                 these.push(t.now_s() - t0);
                 let k = these.len() as u64;
-                if k >= cfg.max_ios
-                    || (k >= cfg.min_ios && t.now_s() - start >= cfg.size_budget_s)
+                if k >= cfg.max_ios || (k >= cfg.min_ios && t.now_s() - start >= cfg.size_budget_s)
                 {
                     break;
                 }
@@ -237,13 +241,7 @@ fn pdam(t: &dyn Target, cfg: &ProfileConfig, progress: &dyn Progress) -> Result<
     // Per thread count: (IOs, seconds) of each pass.
     let mut runs: Vec<Vec<(u64, f64)>> = vec![Vec::new(); n];
     for pass in 0..passes {
-        // Up, then down: a drift during the profile then reaches every count from both sides.
-        let order: Vec<usize> = if pass % 2 == 0 {
-            (0..n).collect()
-        } else {
-            (0..n).rev().collect()
-        };
-        for i in order {
+        for i in pass_order(pass, n) {
             let p = cfg.threads[i];
             let run = t.concurrent_reads(
                 p,
@@ -264,8 +262,10 @@ fn pdam(t: &dyn Target, cfg: &ProfileConfig, progress: &dyn Progress) -> Result<
         .iter()
         .zip(runs)
         .map(|(&p, runs)| {
-            let passes_bytes_per_s: Vec<f64> =
-                runs.iter().map(|&(ios, s)| ios as f64 * block / s).collect();
+            let passes_bytes_per_s: Vec<f64> = runs
+                .iter()
+                .map(|&(ios, s)| ios as f64 * block / s)
+                .collect();
             let (_, median, _) = stats(passes_bytes_per_s.clone());
             PdamPoint {
                 threads: p,
