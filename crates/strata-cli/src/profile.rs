@@ -298,7 +298,7 @@ pub fn render(p: &DeviceProfile) -> String {
         rows.push((
             "passes",
             format!(
-                "{passes}, each point their median; widest spread {:.0}% of it, at p = {threads}",
+                "{passes}, each point their median; widest spread {:.1}% of it, at p = {threads}",
                 100.0 * wide
             ),
         ));
