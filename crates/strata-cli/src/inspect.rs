@@ -1,12 +1,15 @@
 //! The commands that look at a database without changing its contents: `stats` prints its
-//! metrics, `check` verifies every checksum and the engine's invariants.
+//! metrics, `check` verifies every checksum and the engine's invariants, `dump` prints the
+//! engine's structure level by level.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
 
+use crate::kv::escape;
 use crate::report::{print_json, print_table, DbView, Table};
+use crate::sizes::human;
 use crate::{open_existing, Failure};
 
 /// Print the database's shape, space use and cache statistics
@@ -26,6 +29,18 @@ pub struct CheckArgs {
     /// Database directory
     #[arg(long, value_name = "DIR")]
     db: PathBuf,
+}
+
+/// Print the tree level by level: each node's id, kind, size, pivots, and (Bε-tree) buffered
+/// bytes and runs per child; for the LSM-tree, its levels' runs and tables with key ranges
+#[derive(Args)]
+pub struct DumpArgs {
+    /// Database directory
+    #[arg(long, value_name = "DIR")]
+    db: PathBuf,
+    /// Show only the top N levels [default: all]
+    #[arg(long, value_name = "N")]
+    levels: Option<u32>,
 }
 
 pub fn stats(a: StatsArgs) -> Result<ExitCode, Failure> {
@@ -57,4 +72,106 @@ pub fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
     }
     print_table(&t)?;
     Ok(ExitCode::SUCCESS)
+}
+
+pub fn dump(a: DumpArgs) -> Result<ExitCode, Failure> {
+    if a.levels == Some(0) {
+        return Err(Failure::Invalid("--levels must be at least 1".into()));
+    }
+    let db = open_existing(&a.db)?;
+    let d = db.dump(a.levels.unwrap_or(0))?;
+    let mut out = std::io::stdout().lock();
+    std::io::Write::write_all(&mut out, render_dump(&d).as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn quoted(keys: &[Vec<u8>]) -> String {
+    keys.iter()
+        .map(|k| format!("\"{}\"", escape(k)))
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+/// The dump as text: one block per level, one line per node (a line per child beneath an
+/// internal node that buffers messages).
+pub fn render_dump(d: &strata::Dump) -> String {
+    let mut o = String::new();
+    let shown = d.nodes.iter().map(|n| n.level + 1).max().unwrap_or(0);
+    let lsm = d.engine == "lsm";
+    o.push_str(&format!(
+        "{}: {} {}",
+        d.engine,
+        if lsm { "levels" } else { "height" },
+        d.height
+    ));
+    if !lsm && shown < d.height {
+        o.push_str(&format!(", showing the top {shown}"));
+    }
+    o.push('\n');
+    for note in &d.notes {
+        o.push_str(&format!("{note}\n"));
+    }
+    for level in 0..shown {
+        let nodes: Vec<&strata::DumpNode> = d.nodes.iter().filter(|n| n.level == level).collect();
+        let what = match (lsm, nodes.len()) {
+            (true, 1) => "table",
+            (true, _) => "tables",
+            (false, 1) => "node",
+            (false, _) => "nodes",
+        };
+        o.push_str(&format!("level {level} ({} {what})\n", nodes.len()));
+        for n in nodes {
+            render_node(n, d.engine == "betree", &mut o);
+        }
+    }
+    o
+}
+
+fn render_node(n: &strata::DumpNode, buffers: bool, o: &mut String) {
+    let run = n.run.map_or(String::new(), |r| format!(" (run {r})"));
+    o.push_str(&format!("  {} {}{run}: {}", n.kind, n.id, human(n.bytes)));
+    match n.kind {
+        "internal" => {
+            o.push_str(&format!(", {} children", n.children.len()));
+            if buffers {
+                o.push_str(&format!(", {} messages buffered", n.entries));
+            }
+        }
+        "table" => o.push_str(&format!(", {} messages", n.entries)),
+        _ => o.push_str(&format!(", {} entries", n.entries)),
+    }
+    if let Some((lo, hi)) = &n.range {
+        o.push_str(&format!(", keys \"{}\" .. \"{}\"", escape(lo), escape(hi)));
+    }
+    o.push('\n');
+    if !n.pivots.is_empty() {
+        let what = if n.kind == "leaf" {
+            "basement pivots"
+        } else {
+            "pivots"
+        };
+        o.push_str(&format!("    {what}: {}\n", quoted(&n.pivots)));
+    }
+    if buffers {
+        for c in &n.children {
+            o.push_str(&format!(
+                "    child {}: {} buffered ({} messages)",
+                c.id,
+                human(c.buffered_bytes),
+                c.buffered_messages
+            ));
+            if !c.runs.is_empty() {
+                let runs: Vec<String> = c
+                    .runs
+                    .iter()
+                    .map(|r| format!("{} ({}, {} messages)", r.id, human(r.bytes), r.messages))
+                    .collect();
+                o.push_str(&format!(", runs {}", runs.join(", ")));
+            }
+            o.push('\n');
+        }
+    } else if !n.children.is_empty() {
+        let ids: Vec<String> = n.children.iter().map(|c| c.id.to_string()).collect();
+        o.push_str(&format!("    children: {}\n", ids.join(" ")));
+    }
 }

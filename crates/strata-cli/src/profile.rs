@@ -281,6 +281,28 @@ pub fn render(p: &DeviceProfile) -> String {
     ));
     rows.push(("step", format!("{} µs per P blocks", us(d.step_s))));
     rows.push(("R²", format!("{:.4} (segmented regression)", d.r2)));
+    // How far a point's passes spread: the device's drift during the profile.
+    let spread = d
+        .points
+        .iter()
+        .filter(|q| q.passes_bytes_per_s.len() > 1)
+        .map(|q| {
+            let v = &q.passes_bytes_per_s;
+            let (lo, hi) = v
+                .iter()
+                .fold((f64::INFINITY, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
+            ((hi - lo) / q.bytes_per_s, q.threads, v.len())
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    if let Some((wide, threads, passes)) = spread {
+        rows.push((
+            "passes",
+            format!(
+                "{passes}, each point their median; widest spread {:.1}% of it, at p = {threads}",
+                100.0 * wide
+            ),
+        ));
+    }
     for (l, v) in rows.drain(..) {
         o.push_str(&format!("  {l:<12} {v}\n"));
     }

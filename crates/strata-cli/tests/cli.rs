@@ -541,3 +541,124 @@ fn advise_recommends_an_engine_explains_and_verifies() {
     let err = fails(&["advise", "--keys", "10", "--read-fraction", "1.5"], 1);
     assert!(err.contains("--read-fraction"), "{err}");
 }
+
+/// A figure from `strata check`'s table, by its label.
+fn check_figure(check: &str, label: &str) -> usize {
+    check
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(label)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {label} in {check}"))
+}
+
+/// The lines of a dump's level `level`, up to the next level's header.
+fn dump_level(dump: &str, level: usize) -> Vec<&str> {
+    let header = format!("level {level} (");
+    dump.lines()
+        .skip_while(|l| !l.starts_with(&header))
+        .skip(1)
+        .take_while(|l| !l.starts_with("level "))
+        .collect()
+}
+
+#[test]
+fn dump_shows_the_tree_level_by_level_with_pivots() {
+    for (engine, extra) in [
+        ("betree", &["--fanout", "4", "--basement", "2KiB"][..]),
+        ("btree", &[][..]),
+    ] {
+        let tmp = TempDir::new().unwrap();
+        let db = db_in(&tmp);
+        let mut args = vec![
+            "load",
+            "--engine",
+            engine,
+            "--db",
+            &db,
+            "--keys",
+            "20000",
+            "--node-size",
+            "16KiB",
+            "--no-sync",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        ok(&args);
+        let check = ok(&["check", "--db", &db]);
+        let height = check_figure(&check, "height");
+        assert!(
+            height >= 2,
+            "{engine}: a one-node tree shows nothing: {check}"
+        );
+        let dump = ok(&["dump", "--db", &db]);
+        assert!(
+            dump.starts_with(&format!("{engine}: height {height}\n")),
+            "{dump}"
+        );
+        // The root: one internal node whose pivots separate its children.
+        let root = dump_level(&dump, 0);
+        assert!(root[0].starts_with("  internal "), "{engine}: {dump}");
+        let children: usize = root[0]
+            .split(", ")
+            .find_map(|f| f.strip_suffix(" children")?.parse().ok())
+            .unwrap_or_else(|| panic!("no child count in {}", root[0]));
+        let pivots = root[1]
+            .strip_prefix("    pivots: \"")
+            .unwrap_or_else(|| panic!("{engine}: no pivots under the root: {dump}"));
+        assert_eq!(pivots.split("\" | \"").count(), children - 1, "{dump}");
+        // The deepest level holds every leaf and nothing else; the levels between, internal
+        // nodes; and together they are the nodes `check` counted.
+        let leaves = dump_level(&dump, height - 1);
+        let leaf_lines: Vec<_> = leaves.iter().filter(|l| !l.starts_with("    ")).collect();
+        assert!(
+            leaf_lines.iter().all(|l| l.starts_with("  leaf ")),
+            "{dump}"
+        );
+        assert_eq!(
+            leaf_lines.len(),
+            check_figure(&check, "leaf nodes"),
+            "{dump}"
+        );
+        let internals = (0..height - 1)
+            .flat_map(|l| dump_level(&dump, l))
+            .filter(|l| l.starts_with("  internal "))
+            .count();
+        assert_eq!(internals, check_figure(&check, "internal nodes"), "{dump}");
+        if engine == "betree" {
+            assert!(
+                dump.contains("    child ") && dump.contains(" buffered ("),
+                "{dump}"
+            );
+        }
+        // --levels cuts the walk below the top levels.
+        let top = ok(&["dump", "--db", &db, "--levels", "1"]);
+        assert!(top.contains(", showing the top 1\n"), "{top}");
+        assert!(
+            !top.contains("level 1 (") && !top.contains("  leaf "),
+            "{top}"
+        );
+    }
+    let tmp = TempDir::new().unwrap();
+    let db = db_in(&tmp);
+    ok(&[
+        "load",
+        "--engine",
+        "lsm",
+        "--db",
+        &db,
+        "--keys",
+        "50000",
+        "--cache",
+        "1MiB",
+        "--no-sync",
+        "--json",
+    ]);
+    let dump = ok(&["dump", "--db", &db]);
+    assert!(dump.starts_with("lsm: levels "), "{dump}");
+    assert!(
+        dump.lines()
+            .any(|l| l.starts_with("  table ") && l.contains(", keys \"")),
+        "{dump}"
+    );
+    let err = fails(&["dump", "--db", &db, "--levels", "0"], 1);
+    assert!(err.contains("--levels"), "{err}");
+}

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+use crate::engine::dump::Dump;
 use crate::engine::{CheckReport, Engine};
 use crate::engines::betree::{self, BeTree, Geometry, Origin};
 use crate::engines::btree::{self, BTree};
@@ -541,6 +542,12 @@ impl Db {
         // have written all of its blocks yet.
         self.finish_checkpoint(&mut st, true)?;
         st.engine.check()
+    }
+
+    /// The engine's structure level by level from the root, down to `levels` levels (0: all),
+    /// for `strata dump`. Reads node heads through the cache; changes nothing.
+    pub fn dump(&self, levels: u32) -> Result<Dump> {
+        self.state()?.engine.dump(levels)
     }
 
     pub fn options(&self) -> &Options {

@@ -1422,6 +1422,7 @@ fn profile_seeds() -> &'static [Vec<u8>] {
                 elapsed_s: 1.0,
                 bytes_per_s: 1e9,
                 completion_s: 10.0,
+                passes_bytes_per_s: Vec::new(),
             });
         }
         vec![

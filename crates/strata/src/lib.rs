@@ -44,6 +44,7 @@ mod versioned_db;
 mod wal;
 
 pub use db::{Db, RangeIter};
+pub use engine::dump::{Dump, DumpChild, DumpNode, DumpRun};
 pub use engine::versioned::{DiffEntry, VersionedEngine, VersionedMap};
 pub use engine::versions::{Version, VersionInfo, VersionTree, ROOT as ROOT_VERSION};
 pub use engine::{CheckReport, Engine, EngineStats};

@@ -204,6 +204,7 @@ fn pdam_points(times: &[(u32, f64)]) -> Vec<profile::PdamPoint> {
             elapsed_s: 1.0,
             bytes_per_s: threads as f64 * (10u64 << 30) as f64 / completion_s,
             completion_s,
+            passes_bytes_per_s: Vec::new(),
         })
         .collect()
 }

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::ops::Bound;
 use std::sync::Arc;
 
+pub mod dump;
 pub mod salvage;
 pub mod versioned;
 pub mod versions;
@@ -139,6 +140,9 @@ pub trait Engine: Send {
     /// stop it. Entries come in key order except those found below damaged nodes, which come
     /// after, and a key may come twice with the same value.
     fn salvage(&mut self, out: &mut Sink<'_>, lost: &mut Vec<Damage>) -> Result<()>;
+    /// The structure level by level from the root, down to `levels` levels (0: all), for
+    /// `strata dump`. Only reads.
+    fn dump(&mut self, levels: u32) -> Result<dump::Dump>;
 }
 
 /// What every engine reports, and what only one engine has (`detail`, by name).

@@ -3,10 +3,16 @@
 //! 1. fill: write the scratch space sequentially in 4 MiB O_DIRECT writes and sync: the
 //!    sequential write bandwidth (and a file whose blocks are really on the device);
 //! 2. affine: random 4 KiB-aligned reads at queue depth 1 of each size 4 KiB .. 16 MiB, for a time
-//!    budget per size; a robust fit of s + t·x finds the sizes where the model holds;
-//! 3. PDAM: p = 1, 2, 4, .., 64 threads reading random 64 KiB blocks for a time budget each; the
-//!    throughput gives the time for every thread to read a fixed amount (10 GiB, as in the seed),
-//!    and a segmented regression of that time against p gives P and the saturation bandwidth;
+//!    budget per size, in passes over the sizes (up and down in turn, as for the PDAM below);
+//!    a size's cost is the median of its passes' means, and a robust fit of s + t·x finds the
+//!    sizes where the model holds;
+//! 3. PDAM: p = 1, 2, 4, .., 64 threads reading random 64 KiB blocks for a time budget each, in
+//!    several passes over the thread counts, up and down in turn; each count's throughput is the
+//!    median of its passes. That gives the time for every thread to read a fixed amount (10 GiB,
+//!    as in the seed), and a segmented regression of that time against p gives P and the
+//!    saturation bandwidth. Passes, because a real device drifts by tens of percent from one
+//!    second to the next (docs/models.md, "Profiling a real disk"): measured once each, in one
+//!    sweep, p = 1 and p = 64 are taken at different moments and P, their ratio, carries the drift;
 //! 4. fsync: a 4 KiB append then an fdatasync, timed on the sync, as a durable commit pays it.
 //!
 //! Invariants: budgets bound the time of each step (plus one IO); every size and thread count
@@ -39,15 +45,19 @@ impl Progress for Silent {}
 pub struct ProfileConfig {
     /// IO sizes of the affine benchmark.
     pub sizes: Vec<u64>,
-    /// Measuring time per size, seconds on the target's clock.
+    /// Measuring time per size and pass, seconds on the target's clock.
     pub size_budget_s: f64,
+    /// Passes over the sizes (ascending, then descending, ...).
+    pub affine_passes: u32,
     pub min_ios: u64,
     pub max_ios: u64,
     /// Thread counts of the PDAM benchmark.
     pub threads: Vec<u32>,
     pub pdam_block: u64,
-    /// Measuring time per thread count.
+    /// Measuring time per thread count and pass.
     pub thread_budget_s: f64,
+    /// Passes over the thread counts (ascending, then descending, ...).
+    pub pdam_passes: u32,
     pub min_per_thread: u64,
     /// Cap on reads per thread (only a virtual clock needs it: it cannot run out of time).
     pub max_per_thread: u64,
@@ -69,16 +79,18 @@ fn powers(lo: u64, hi: u64) -> Vec<u64> {
 }
 
 impl ProfileConfig {
-    /// The full profile: about 2 s per IO size and 2 s per thread count.
+    /// The full profile: about 2 s per IO size and 2 s per thread count (three passes).
     pub fn full() -> ProfileConfig {
         ProfileConfig {
             sizes: powers(4 << 10, 16 << 20),
-            size_budget_s: 2.0,
+            size_budget_s: 0.7,
+            affine_passes: 3,
             min_ios: 16,
             max_ios: 100_000,
             threads: powers(1, 64).into_iter().map(|t| t as u32).collect(),
             pdam_block: 64 << 10,
-            thread_budget_s: 2.0,
+            thread_budget_s: 0.7,
+            pdam_passes: 3,
             min_per_thread: 4,
             max_per_thread: 4096,
             per_thread_bytes: 10 << 30,
@@ -93,9 +105,9 @@ impl ProfileConfig {
     /// Under a minute on a real disk: shorter budgets, fewer fsyncs.
     pub fn quick() -> ProfileConfig {
         ProfileConfig {
-            size_budget_s: 0.4,
+            size_budget_s: 0.15,
             min_ios: 8,
-            thread_budget_s: 0.6,
+            thread_budget_s: 0.35,
             min_per_thread: 2,
             max_per_thread: 256,
             fsync_samples: 16,
@@ -151,6 +163,17 @@ fn fill(t: &dyn Target, cfg: &ProfileConfig, progress: &dyn Progress) -> Result<
     })
 }
 
+/// The order of pass `pass` over `n` points: up, then down, then up. A device that speeds up or
+/// slows down during the profile then meets the first and the last point alike, and the median
+/// over three passes sets aside the one pass a passing disturbance spoiled.
+fn pass_order(pass: u32, n: usize) -> Vec<usize> {
+    if pass.is_multiple_of(2) {
+        (0..n).collect()
+    } else {
+        (0..n).rev().collect()
+    }
+}
+
 fn affine(
     t: &dyn Target,
     cfg: &ProfileConfig,
@@ -163,63 +186,97 @@ fn affine(
         .copied()
         .filter(|&s| s <= t.span() / 2)
         .collect();
-    progress.phase("affine", sizes.len() as u64);
-    let mut points = Vec::new();
-    for &size in &sizes {
-        let mut buf = AlignedBuf::zeroed(size as usize);
-        // One read untimed: the first IO of a size may pay for a cold path.
-        t.read(buf.as_mut_slice(), random_offset(&mut rng, t.span(), size))?;
-        let mut times = Vec::new();
-        let start = t.now_s();
-        loop {
-            let off = random_offset(&mut rng, t.span(), size);
-            let t0 = t.now_s();
-            t.read(buf.as_mut_slice(), off)?;
-            times.push(t.now_s() - t0);
-            let n = times.len() as u64;
-            if n >= cfg.max_ios || (n >= cfg.min_ios && t.now_s() - start >= cfg.size_budget_s) {
-                break;
+    let n = sizes.len();
+    let passes = cfg.affine_passes.max(1);
+    progress.phase("affine", passes as u64 * n as u64);
+    // Per size: every read's time, and each pass's mean.
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); n];
+    let mut means: Vec<Vec<f64>> = vec![Vec::new(); n];
+    for pass in 0..passes {
+        for i in pass_order(pass, n) {
+            let size = sizes[i];
+            let mut buf = AlignedBuf::zeroed(size as usize);
+            // One read untimed: the first IO of a size may pay for a cold path.
+            t.read(buf.as_mut_slice(), random_offset(&mut rng, t.span(), size))?;
+            let mut these = Vec::new();
+            let start = t.now_s();
+            loop {
+                let off = random_offset(&mut rng, t.span(), size);
+                let t0 = t.now_s();
+                t.read(buf.as_mut_slice(), off)?;
+                these.push(t.now_s() - t0);
+                let k = these.len() as u64;
+                if k >= cfg.max_ios || (k >= cfg.min_ios && t.now_s() - start >= cfg.size_budget_s)
+                {
+                    break;
+                }
             }
+            means[i].push(these.iter().sum::<f64>() / these.len() as f64);
+            times[i].extend(these);
+            progress.step(&format!("{size} B"));
         }
-        let ios = times.len() as u64;
-        let (mean_s, median_s, stddev_s) = stats(times);
-        points.push(AffinePoint {
-            bytes: size,
-            ios,
-            mean_s,
-            median_s,
-            stddev_s,
-            fitted: false,
-        });
-        progress.step(&format!("{size} B"));
     }
-    Ok(points)
+    Ok(sizes
+        .iter()
+        .zip(times.into_iter().zip(means))
+        .map(|(&bytes, (times, means))| {
+            let ios = times.len() as u64;
+            let (_, median_s, stddev_s) = stats(times);
+            AffinePoint {
+                bytes,
+                ios,
+                mean_s: stats(means).1,
+                median_s,
+                stddev_s,
+                fitted: false,
+            }
+        })
+        .collect())
 }
 
 fn pdam(t: &dyn Target, cfg: &ProfileConfig, progress: &dyn Progress) -> Result<Vec<PdamPoint>> {
-    progress.phase("pdam", cfg.threads.len() as u64);
-    let mut points = Vec::new();
-    let blocks_per_thread = cfg.per_thread_bytes as f64 / cfg.pdam_block as f64;
-    for (i, &p) in cfg.threads.iter().enumerate() {
-        let run = t.concurrent_reads(
-            p,
-            cfg.pdam_block,
-            cfg.thread_budget_s,
-            cfg.min_per_thread,
-            cfg.max_per_thread,
-            cfg.seed ^ (0xD0 + i as u64),
-        )?;
-        let per_s = run.ios as f64 / run.elapsed_s;
-        points.push(PdamPoint {
-            threads: p,
-            ios: run.ios,
-            elapsed_s: run.elapsed_s,
-            bytes_per_s: per_s * cfg.pdam_block as f64,
-            completion_s: p as f64 * blocks_per_thread / per_s,
-        });
-        progress.step(&format!("{p} threads"));
+    let n = cfg.threads.len();
+    let passes = cfg.pdam_passes.max(1);
+    progress.phase("pdam", passes as u64 * n as u64);
+    // Per thread count: (IOs, seconds) of each pass.
+    let mut runs: Vec<Vec<(u64, f64)>> = vec![Vec::new(); n];
+    for pass in 0..passes {
+        for i in pass_order(pass, n) {
+            let p = cfg.threads[i];
+            let run = t.concurrent_reads(
+                p,
+                cfg.pdam_block,
+                cfg.thread_budget_s,
+                cfg.min_per_thread,
+                cfg.max_per_thread,
+                cfg.seed ^ (0xD0 + i as u64) ^ ((pass as u64) << 32),
+            )?;
+            runs[i].push((run.ios, run.elapsed_s));
+            progress.step(&format!("{p} threads"));
+        }
     }
-    Ok(points)
+    let blocks_per_thread = cfg.per_thread_bytes as f64 / cfg.pdam_block as f64;
+    let block = cfg.pdam_block as f64;
+    Ok(cfg
+        .threads
+        .iter()
+        .zip(runs)
+        .map(|(&p, runs)| {
+            let passes_bytes_per_s: Vec<f64> = runs
+                .iter()
+                .map(|&(ios, s)| ios as f64 * block / s)
+                .collect();
+            let (_, median, _) = stats(passes_bytes_per_s.clone());
+            PdamPoint {
+                threads: p,
+                ios: runs.iter().map(|r| r.0).sum(),
+                elapsed_s: runs.iter().map(|r| r.1).sum(),
+                bytes_per_s: median,
+                completion_s: p as f64 * blocks_per_thread * block / median,
+                passes_bytes_per_s,
+            }
+        })
+        .collect())
 }
 
 /// Append 4 KiB past the end and fdatasync, as the write-ahead log commits: the file grows, so

@@ -146,6 +146,7 @@ mod tests {
                     elapsed_s: 1.0,
                     bytes_per_s: 0.0,
                     completion_s: pdam.threads_s(threads as u64, blocks),
+                    passes_bytes_per_s: Vec::new(),
                 }
             })
             .collect();

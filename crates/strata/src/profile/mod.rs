@@ -40,6 +40,7 @@ pub const MAX_HALF_BANDWIDTH: f64 = (256u64 << 20) as f64;
 pub struct AffinePoint {
     pub bytes: u64,
     pub ios: u64,
+    /// Mean time of a read: the median over the profiler's passes of each pass's mean.
     pub mean_s: f64,
     pub median_s: f64,
     pub stddev_s: f64,
@@ -86,9 +87,14 @@ pub struct PdamPoint {
     /// Reads completed in the measured interval, all threads together.
     pub ios: u64,
     pub elapsed_s: f64,
+    /// The median of the passes' throughputs (`passes_bytes_per_s`).
     pub bytes_per_s: f64,
     /// Time for every thread to read `per_thread_bytes`, from the measured throughput.
     pub completion_s: f64,
+    /// Throughput of each pass over the thread counts, in the order measured (empty in profiles
+    /// written before passes, or made from models).
+    #[serde(default)]
+    pub passes_bytes_per_s: Vec<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -26,6 +26,7 @@
 pub(crate) mod basement;
 mod check;
 mod config;
+mod dump;
 mod flush;
 mod format;
 mod leaf;
@@ -283,6 +284,10 @@ impl BeTree {
 impl Engine for BeTree {
     fn name(&self) -> &'static str {
         "betree"
+    }
+
+    fn dump(&mut self, levels: u32) -> Result<crate::engine::dump::Dump> {
+        self.dump_levels(levels)
     }
 
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {

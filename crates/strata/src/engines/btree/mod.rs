@@ -19,6 +19,7 @@
 
 mod check;
 mod config;
+mod dump;
 mod format;
 pub(crate) mod node;
 mod read;
@@ -113,6 +114,10 @@ impl BTree {
 impl Engine for BTree {
     fn name(&self) -> &'static str {
         "btree"
+    }
+
+    fn dump(&mut self, levels: u32) -> Result<crate::engine::dump::Dump> {
+        self.dump_levels(levels)
     }
 
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {

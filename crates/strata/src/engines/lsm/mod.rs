@@ -34,6 +34,7 @@
 mod check;
 mod compact;
 mod config;
+mod dump;
 mod format;
 mod memtable;
 mod merge;
@@ -231,6 +232,10 @@ impl Lsm {
 impl Engine for Lsm {
     fn name(&self) -> &'static str {
         "lsm"
+    }
+
+    fn dump(&mut self, levels: u32) -> Result<crate::engine::dump::Dump> {
+        self.dump_levels(levels)
     }
 
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
