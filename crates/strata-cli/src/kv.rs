@@ -78,6 +78,16 @@ pub struct DeleteArgs {
 pub struct ScanArgs {
     #[command(flatten)]
     target: Target,
+    #[command(flatten)]
+    span: Span,
+}
+
+/// A range of keys, as `Db::range` takes it.
+pub type KeyRange = (Bound<Vec<u8>>, Bound<Vec<u8>>);
+
+/// A scan's key range, order and limit: `scan` and `version scan` alike.
+#[derive(Args)]
+pub struct Span {
     /// First key (inclusive); default: the smallest key
     #[arg(long, value_name = "KEY")]
     from: Option<String>,
@@ -90,6 +100,46 @@ pub struct ScanArgs {
     /// Print at most N records
     #[arg(long, value_name = "N")]
     limit: Option<usize>,
+}
+
+impl Span {
+    /// The range's bounds, keys read as `t` says.
+    pub fn bounds(&self, t: &Target) -> Result<KeyRange, Failure> {
+        let bound = |arg: &Option<String>, inclusive: bool| -> Result<Bound<Vec<u8>>, Failure> {
+            Ok(match arg {
+                None => Bound::Unbounded,
+                Some(k) if inclusive => Bound::Included(t.bytes(k)?),
+                Some(k) => Bound::Excluded(t.bytes(k)?),
+            })
+        };
+        Ok((bound(&self.from, true)?, bound(&self.to, false)?))
+    }
+
+    /// Print `key<TAB>value` lines from a double-ended iterator over the range, in the span's
+    /// order, up to its limit.
+    pub fn print<E>(
+        &self,
+        t: &Target,
+        mut iter: impl DoubleEndedIterator<Item = Result<(Vec<u8>, Vec<u8>), E>>,
+    ) -> Result<ExitCode, Failure>
+    where
+        Failure: From<E>,
+    {
+        let records = std::iter::from_fn(|| {
+            if self.reverse {
+                iter.next_back()
+            } else {
+                iter.next()
+            }
+        });
+        let mut out = BufWriter::new(io::stdout().lock());
+        for record in records.take(self.limit.unwrap_or(usize::MAX)) {
+            let (k, v) = record?;
+            writeln!(out, "{}\t{}", t.show(&k), t.show(&v))?;
+        }
+        out.flush()?;
+        Ok(ExitCode::SUCCESS)
+    }
 }
 
 pub fn put(a: PutArgs) -> Result<ExitCode, Failure> {
@@ -124,30 +174,10 @@ pub fn delete(a: DeleteArgs) -> Result<ExitCode, Failure> {
 }
 
 pub fn scan(a: ScanArgs) -> Result<ExitCode, Failure> {
-    let bound = |arg: &Option<String>, inclusive: bool| -> Result<Bound<Vec<u8>>, Failure> {
-        Ok(match arg {
-            None => Bound::Unbounded,
-            Some(k) if inclusive => Bound::Included(a.target.bytes(k)?),
-            Some(k) => Bound::Excluded(a.target.bytes(k)?),
-        })
-    };
-    let range = (bound(&a.from, true)?, bound(&a.to, false)?);
+    let range = a.span.bounds(&a.target)?;
     let db = open_existing(&a.target.db)?;
-    let mut iter = db.range::<Vec<u8>, _>(range)?;
-    let records = std::iter::from_fn(|| {
-        if a.reverse {
-            iter.next_back()
-        } else {
-            iter.next()
-        }
-    });
-    let mut out = BufWriter::new(io::stdout().lock());
-    for record in records.take(a.limit.unwrap_or(usize::MAX)) {
-        let (k, v) = record?;
-        writeln!(out, "{}\t{}", a.target.show(&k), a.target.show(&v))?;
-    }
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    let iter = db.range::<Vec<u8>, _>(range)?;
+    a.span.print(&a.target, iter)
 }
 
 /// Text for people: UTF-8 passes through except backslash and control characters; other bytes

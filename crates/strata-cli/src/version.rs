@@ -10,7 +10,6 @@
 //! anything is logged, so a refused command changes nothing.
 
 use std::io::{self, BufWriter, Write};
-use std::ops::Bound;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -22,7 +21,7 @@ use strata::{
     MAX_KEY_LEN, MAX_VALUE_LEN, ROOT_VERSION,
 };
 
-use crate::kv::{Target, ESCAPE_HELP};
+use crate::kv::{Span, Target, ESCAPE_HELP};
 use crate::report::print_json;
 use crate::Failure;
 
@@ -112,18 +111,8 @@ pub struct ScanArgs {
     target: Target,
     /// The version to read at
     version: Version,
-    /// First key (inclusive); default: the smallest key
-    #[arg(long, value_name = "KEY")]
-    from: Option<String>,
-    /// Stop before this key (exclusive); default: past the largest key
-    #[arg(long, value_name = "KEY")]
-    to: Option<String>,
-    /// Iterate from the largest key down
-    #[arg(long)]
-    reverse: bool,
-    /// Print at most N records
-    #[arg(long, value_name = "N")]
-    limit: Option<usize>,
+    #[command(flatten)]
+    span: Span,
 }
 
 /// Delete VERSION (it can no longer be read; what no live version reads is reclaimed), or with
@@ -301,29 +290,10 @@ fn get(a: GetArgs) -> Result<ExitCode, Failure> {
 }
 
 fn scan(a: ScanArgs) -> Result<ExitCode, Failure> {
-    let bound = |arg: &Option<String>, inclusive: bool| -> Result<Bound<Vec<u8>>, Failure> {
-        Ok(match arg {
-            None => Bound::Unbounded,
-            Some(k) if inclusive => Bound::Included(a.target.bytes(k)?),
-            Some(k) => Bound::Excluded(a.target.bytes(k)?),
-        })
-    };
-    let range = (bound(&a.from, true)?, bound(&a.to, false)?);
+    let range = a.span.bounds(&a.target)?;
     let db = open_existing(&a.target.db)?;
-    let mut iter = db.range_at::<Vec<u8>, _>(a.version, range)?;
-    let records = std::iter::from_fn(|| {
-        if a.reverse {
-            iter.next_back()
-        } else {
-            iter.next()
-        }
-    });
-    let mut out = BufWriter::new(io::stdout().lock());
-    for (k, v) in records.take(a.limit.unwrap_or(usize::MAX)) {
-        writeln!(out, "{}\t{}", a.target.show(&k), a.target.show(&v))?;
-    }
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    let iter = db.range_at::<Vec<u8>, _>(a.version, range)?;
+    a.span.print(&a.target, iter.map(Ok::<_, Failure>))
 }
 
 fn delete(a: DeleteArgs) -> Result<ExitCode, Failure> {

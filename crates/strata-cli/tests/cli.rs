@@ -2,50 +2,16 @@
 //! databases in temporary directories and checks its output and exit codes.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 use tempfile::TempDir;
 
-fn strata(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(args)
-        .output()
-        .expect("run strata")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Run a command that must succeed; returns its stdout.
-fn ok(args: &[&str]) -> String {
-    let out = strata(args);
-    assert!(
-        out.status.success(),
-        "strata {args:?} failed with {}: {}",
-        out.status,
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
+mod common;
+use common::{fails, ok, strata, text};
 
 fn json(args: &[&str]) -> Value {
     let stdout = ok(args);
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {stdout}"))
-}
-
-/// Run a command that must fail with `code`; returns its stderr.
-fn fails(args: &[&str], code: i32) -> String {
-    let out = strata(args);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "strata {args:?}: stdout {} stderr {}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stderr)
 }
 
 fn db_in(tmp: &TempDir) -> String {

@@ -4,46 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 use tempfile::TempDir;
 
-fn strata(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(args)
-        .output()
-        .expect("run strata")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Run a command that must succeed; returns its stdout.
-fn ok(args: &[&str]) -> String {
-    let out = strata(args);
-    assert!(
-        out.status.success(),
-        "strata {args:?} failed with {}: {}",
-        out.status,
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
-
-/// Run a command that must fail with `code`; returns its stderr.
-fn fails(args: &[&str], code: i32) -> String {
-    let out = strata(args);
-    assert_eq!(
-        out.status.code(),
-        Some(code),
-        "strata {args:?}: stdout {} stderr {}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stderr)
-}
+mod common;
+use common::{fails, ok};
 
 /// Every file of a directory and its bytes.
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
