@@ -258,7 +258,7 @@ impl Block {
     }
 
     /// Partition i's raw bytes, if it is held raw (segments only).
-    pub fn raw(&self, i: usize) -> Option<&[u8]> {
+    fn raw(&self, i: usize) -> Option<&[u8]> {
         match self {
             Block::Internal(Internal { segs, .. }) | Block::Run(Run { chunks: segs, .. }) => {
                 segs[i].raw.as_deref()
