@@ -20,7 +20,7 @@ use strata_bench::page::{Figure, Page, Section};
 use strata_bench::workload::{Phase, Spec};
 use strata_bench::{rum, seed001, sweep, versioned};
 
-use crate::compare::{self, RumPlan};
+use crate::compare::{self, RumOutcome, RumPlan};
 use crate::sizes::{parse_size, SIZE_HELP};
 use crate::Failure;
 
@@ -62,6 +62,10 @@ pub struct ReportArgs {
     /// version every tenth of them
     #[arg(long, value_name = "N")]
     versioned_inserts: Option<u64>,
+    /// Records of the comparison's third setting, the data several times a 256 MiB cache
+    /// (default 10M; none with --quick; 0 leaves it out)
+    #[arg(long, value_name = "N")]
+    at_scale: Option<u64>,
 }
 
 /// Warm reads and mixed operations per phase in the comparison of `--quick`.
@@ -69,6 +73,14 @@ const QUICK_OPS: u64 = 20_000;
 
 /// Warm reads with the data beyond the cache (the seed's 200,000 mixed operations).
 const BEYOND_WARM_READS: u64 = 200_000;
+
+/// Records of the full report's setting at scale: 10M of 116 bytes, 4.3× its 256 MiB cache.
+const AT_SCALE_RECORDS: u64 = 10_000_000;
+
+/// The longest load the setting at scale lets an engine take, predicted from its write rate
+/// with the data beyond the cache at the smaller count: the B-trees, at a few thousand to a
+/// few tens of thousands of random inserts a second out of memory, would take most of an hour.
+const AT_SCALE_MAX_LOAD_S: f64 = 180.0;
 
 struct Job {
     quick: bool,
@@ -377,9 +389,20 @@ fn comparison(
     }
     let fits = outcomes.pop().expect("two settings");
     let beyond = outcomes.pop().expect("two settings");
+    let at_scale = match a
+        .at_scale
+        .unwrap_or(if job.quick { 0 } else { AT_SCALE_RECORDS })
+    {
+        0 => None,
+        n => Some(at_scale(job, n, &beyond, profile)?),
+    };
     job.write(
         "rum.json",
-        &json(&serde_json::json!({ "beyond_memory": &beyond, "fits_in_memory": &fits })),
+        &json(&serde_json::json!({
+            "beyond_memory": &beyond,
+            "fits_in_memory": &fits,
+            "at_scale": at_scale.as_ref().map(|(o, _)| o),
+        })),
     )?;
     let mib = |b: u64| b >> 20;
     let mut md = format!(
@@ -419,6 +442,24 @@ fn comparison(
             String::new()
         },
     );
+    if let Some((o, skipped)) = &at_scale {
+        md.push_str(&format!(
+            "\n### At scale: {n} records, {c} MiB cache (the data {ratio:.1}× the cache)\n\n\
+             The same phases as the setting beyond the cache, on the engines whose load of {n} \
+             records is predicted to take under {max:.0} s from their write rate above.{skip}\n\n{md}\n",
+            n = rum::count(o.spec.records),
+            c = mib(o.spec.cache_bytes),
+            ratio = (o.spec.records * (o.spec.key_size + o.spec.value_size) as u64) as f64
+                / o.spec.cache_bytes as f64,
+            max = AT_SCALE_MAX_LOAD_S,
+            skip = if skipped.is_empty() {
+                String::new()
+            } else {
+                format!(" Left out: {}.", skipped.join("; "))
+            },
+            md = o.markdown(),
+        ));
+    }
     md.push_str("\n### Engines and settings\n\n");
     md.push_str(&format!(
         "As run with the {} MiB cache; the data-fits run differs only in the cache.\n\n",
@@ -452,6 +493,66 @@ fn comparison(
             },
         ],
     })
+}
+
+/// The comparison's third setting: `records` at the seed's 256 MiB cache, the warm reads as
+/// beyond the cache, on the engines `beyond` shows can load them in reasonable time. Returns
+/// the outcome and, for each engine left out, why.
+fn at_scale(
+    job: &mut Job,
+    records: u64,
+    beyond: &RumOutcome,
+    profile: &Path,
+) -> Result<(RumOutcome, Vec<String>), Failure> {
+    let mut spec = Spec::rum(records);
+    for p in &mut spec.phases {
+        if let Phase::Reads {
+            ops, cold: false, ..
+        } = p
+        {
+            *ops = (*ops).min(BEYOND_WARM_READS);
+        }
+    }
+    let (engines, skipped) = at_scale_engines(&beyond.rows, records);
+    job.say(&format!(
+        "rum: {} records, {} MiB cache, on {}",
+        rum::count(records),
+        spec.cache_bytes >> 20,
+        engines.join(", ")
+    ));
+    let plan = RumPlan {
+        spec,
+        engines,
+        runs: 1,
+        scales: Vec::new(),
+        dir: job.scratch.join("rum-at-scale"),
+        notes: Vec::new(),
+        profile: Some(profile.to_path_buf()),
+    };
+    Ok((compare::run_plan(plan, false)?, skipped))
+}
+
+/// Which engines of `rows` (measured with the data beyond the cache) run at `records`: those
+/// whose load is predicted, from their write rate there, to take at most AT_SCALE_MAX_LOAD_S.
+/// A rough rule that errs neither way by much: at scale the data is a smaller multiple of its
+/// cache (4.3× against 7.3× at 1M and 16 MiB), but every tree is a level deeper.
+fn at_scale_engines(rows: &[rum::Row], records: u64) -> (Vec<String>, Vec<String>) {
+    let mut engines = Vec::new();
+    let mut skipped = Vec::new();
+    for r in rows {
+        let predicted = records as f64 / r.write_ops.max(1.0);
+        if predicted <= AT_SCALE_MAX_LOAD_S {
+            engines.push(r.engine.clone());
+        } else {
+            skipped.push(format!(
+                "{} ({:.0}K writes/s above, a load of about {:.0} min)",
+                r.engine,
+                r.write_ops / 1e3,
+                predicted / 60.0
+            ));
+        }
+    }
+    (engines, skipped)
 }
 
 fn sweep_section(
@@ -493,4 +594,34 @@ fn sweep_section(
             svg: report.svg(),
         }],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(engine: &str, write_ops: f64) -> rum::Row {
+        rum::Row {
+            engine: engine.into(),
+            write_ops,
+            ..rum::Row::default()
+        }
+    }
+
+    #[test]
+    fn the_setting_at_scale_leaves_out_the_engines_whose_load_would_take_too_long() {
+        let rows = [
+            row("fast", 200_000.0),
+            row("slow", 29_000.0),
+            row("edge", 10e6 / 180.0),
+        ];
+        let (run, skipped) = at_scale_engines(&rows, 10_000_000);
+        assert_eq!(run, ["fast", "edge"]);
+        assert_eq!(skipped.len(), 1);
+        assert!(skipped[0].starts_with("slow (29K writes/s"), "{skipped:?}");
+        assert!(skipped[0].contains("about 6 min"), "{skipped:?}");
+        // A failed row (no writes) is left out, not divided by zero.
+        let (run, skipped) = at_scale_engines(&[row("broken", 0.0)], 10_000_000);
+        assert!(run.is_empty() && skipped.len() == 1);
+    }
 }
