@@ -257,7 +257,7 @@ pub fn render(p: &DeviceProfile) -> String {
         match p.affine_holds() {
             Ok(()) => "yes".to_string(),
             Err(why) => {
-                format!("NO: {why}; `strata tune` warns and Auto uses the default geometry")
+                format!("NO: {why}; `strata tune` warns and Auto tunes from built-in SSD figures")
             }
         },
     ));

@@ -56,7 +56,7 @@ pub use engines::sda::{Config as SdaConfig, Sda};
 pub use error::{Error, Result};
 pub use kv::{AddU64, Append, MergeOperator, Op, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use metrics::Metrics;
-pub use options::{Durability, EngineOptions, Options, DEFAULT_BETREE};
+pub use options::{Durability, EngineOptions, Options, LARGE_BASEMENTS_BETREE};
 pub use profile::DeviceProfile;
 pub use storage::{CacheStats, IoSnapshot};
 pub use tune::{recommend, Recommendation, Workload};

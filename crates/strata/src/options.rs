@@ -13,9 +13,9 @@ use crate::tune::{self, Workload};
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum EngineOptions {
-    /// The Bε-tree, its geometry chosen by the tuner from the saved device profile
-    /// (`strata profile`), or the built-in 1 MiB nodes, fanout 16, 64 KiB basements when no
-    /// profile is saved. What was used is recorded and shown in `Metrics`.
+    /// The Bε-tree, its geometry chosen by the tuner for the options' cache and expected keys,
+    /// priced with the saved device profile (`strata profile`), or with built-in SSD figures
+    /// when none is saved. What was used is recorded and shown in `Metrics`.
     #[default]
     Auto,
     BTree {
@@ -33,8 +33,9 @@ pub enum EngineOptions {
     Lsm(crate::engines::lsm::Config),
 }
 
-/// The Bε-tree geometry used when no device profile is saved.
-pub const DEFAULT_BETREE: Geometry = crate::engines::betree::DEFAULT_GEOMETRY;
+/// A Bε-tree geometry with large basements (1 MiB nodes, fanout 16, 64 KiB basements), the
+/// fixed default before a tree created without a saved profile was tuned from built-in figures.
+pub const LARGE_BASEMENTS_BETREE: Geometry = crate::engines::betree::LARGE_BASEMENTS;
 
 /// When a write is acknowledged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

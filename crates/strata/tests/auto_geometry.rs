@@ -1,13 +1,13 @@
 //! `EngineOptions::Auto` (the default): a new database takes the tuner's Bε-tree geometry from
-//! the saved device profile when there is one, the built-in geometry when there is none, and a
-//! clear error when the saved profile does not parse. What it used is recorded in the
+//! the saved device profile when there is one, from the built-in SSD figures when there is
+//! none, and a clear error when the saved profile does not parse. What it used is recorded in the
 //! superblock and reported in the metrics. One test, alone in this binary, because it sets the
 //! process's STRATA_PROFILE.
 
 use strata::profile::DeviceProfile;
 use strata::storage::SimEnv;
 use strata::tune::Workload;
-use strata::{Db, Error, Options, DEFAULT_BETREE};
+use strata::{Db, Error, Options};
 
 #[test]
 fn auto_geometry_follows_the_saved_profile() {
@@ -15,19 +15,42 @@ fn auto_geometry_follows_the_saved_profile() {
     let path = dir.path().join("profile.json");
     std::env::set_var("STRATA_PROFILE", &path);
 
-    // No profile saved: the built-in geometry.
+    // No profile saved: the tuner's choice for the options' cache and expected keys, priced
+    // with the built-in figures.
+    let tuned = |profile: &DeviceProfile, keys: u64, cache: usize| {
+        let mut w = Workload::new(keys);
+        w.cache_bytes = cache as u64;
+        match Options::tuned(profile, &w).engine {
+            strata::EngineOptions::BeTree {
+                node_size,
+                fanout,
+                basement,
+            } => (node_size as u64, fanout as u64, basement as u64),
+            other => panic!("tuned options are not a Bε-tree: {other:?}"),
+        }
+    };
+    let geometry = |db: &Db| {
+        let e = db.metrics().engine;
+        (e.node_size, e.detail("fanout"), e.detail("basement_size"))
+    };
     let env = SimEnv::new();
-    let db = Db::open_in(&env, Options::default()).unwrap();
-    let e = db.metrics().engine;
+    let opts = Options::default()
+        .cache_bytes(32 << 20)
+        .expected_keys(1_000_000);
+    let db = Db::open_in(&env, opts).unwrap();
     assert_eq!(
-        (e.engine, e.node_size),
-        ("betree", DEFAULT_BETREE.node_size as u64)
+        geometry(&db),
+        tuned(&DeviceProfile::builtin(), 1_000_000, 32 << 20)
     );
+    let e = db.metrics().engine;
+    assert_eq!(e.engine, "betree");
     assert!(
-        e.geometry_origin.contains("default"),
+        e.geometry_origin.contains("built-in"),
         "{}",
         e.geometry_origin
     );
+    // Small basements out of memory, where the old fixed default had 64 KiB ones.
+    assert!(e.detail("basement_size") <= 16 << 10, "{e:?}");
     drop(db);
 
     // A saved profile: the tuner's choice for the options' cache and expected keys, which is
@@ -39,27 +62,9 @@ fn auto_geometry_follows_the_saved_profile() {
         .expected_keys(50_000_000);
     let env = SimEnv::new();
     let db = Db::open_in(&env, opts.clone()).unwrap();
+    assert_eq!(geometry(&db), tuned(&profile, 50_000_000, 32 << 20));
     let e = db.metrics().engine;
-    let mut w = Workload::new(50_000_000);
-    w.cache_bytes = 32 << 20;
-    let want = Options::tuned(&profile, &w).engine;
-    let strata::EngineOptions::BeTree {
-        node_size,
-        fanout,
-        basement,
-    } = want
-    else {
-        panic!("tuned options are not a Bε-tree: {want:?}")
-    };
-    assert_eq!(
-        (e.node_size, e.detail("fanout"), e.detail("basement_size")),
-        (node_size as u64, fanout as u64, basement as u64)
-    );
-    assert!(
-        e.geometry_origin.contains("profile"),
-        "{}",
-        e.geometry_origin
-    );
+    assert_eq!(e.geometry_origin, "tuned from the saved device profile");
     db.put(b"k", b"v").unwrap();
     db.close().unwrap();
     // Reopening keeps the geometry and where it came from, whatever the options say now.

@@ -103,10 +103,10 @@ fn betree_small() -> Config {
     }
 }
 
-fn betree_default() -> Config {
-    let g = strata::DEFAULT_BETREE;
+fn betree_large_basements() -> Config {
+    let g = strata::LARGE_BASEMENTS_BETREE;
     Config {
-        name: "Bε-tree default (1 MiB/16/64 KiB)",
+        name: "Bε-tree, large basements (1 MiB/16/64 KiB)",
         opts: base()
             .betree(g.node_size, g.fanout, g.basement)
             .cache_bytes(4 << 20),
@@ -984,9 +984,9 @@ fn flip_sweep_betree_small() {
 }
 
 #[test]
-fn flip_sweep_betree_default() {
+fn flip_sweep_betree_large_basements() {
     run_sweep(
-        betree_default(),
+        betree_large_basements(),
         Plan {
             data_stride: 40,
             per_kind: 5,
@@ -1015,7 +1015,7 @@ fn flip_sweep_large() {
             per_kind: 80,
             ..plan
         };
-        run_sweep(betree_default(), fewer);
+        run_sweep(betree_large_basements(), fewer);
     }
 }
 
@@ -1115,7 +1115,7 @@ fn open_with_newest_superblock_flipped(pos: u64) -> Error {
 /// say) rather than at the damaged slot. `Wal::open` checked the first record for a gap after
 /// the checkpoint before handing it to the caller, so the `Db`'s own check (a checkpoint marker
 /// newer than the superblock in use: the newer superblock is damaged) never saw the marker; a
-/// marker past the checkpoint now goes to the caller. Found by `flip_sweep_betree_default`
+/// marker past the checkpoint now goes to the caller. Found by `flip_sweep_betree_large_basements`
 /// (data byte 4146 ^ 0x40).
 #[test]
 fn damaged_newest_superblock_is_named_not_the_log() {

@@ -962,7 +962,8 @@ fn model_long(name: &str, opts: Options, sim: bool, durability: Durability, seed
     let node_size = match opts.engine {
         strata::EngineOptions::BTree { node_size }
         | strata::EngineOptions::BeTree { node_size, .. } => node_size,
-        strata::EngineOptions::Auto => strata::DEFAULT_BETREE.node_size,
+        // Auto tuned the geometry when the database was made; its metrics say what it chose.
+        strata::EngineOptions::Auto => m.engine.node_size as usize,
         strata::EngineOptions::Lsm(_) => {
             // An LSM-tree keeps every value inline and has levels, not a height that shrinks:
             // what its run must have shown is flushes and merges into several levels.

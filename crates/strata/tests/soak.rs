@@ -36,7 +36,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::Rng;
-use strata::{Db, Options, WriteBatch, DEFAULT_BETREE};
+use strata::{Db, Options, WriteBatch, LARGE_BASEMENTS_BETREE};
 
 const KEY_LEN: usize = 16;
 const VALUE_LEN: usize = 100;
@@ -52,7 +52,7 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 #[test]
 #[ignore = "soak: STRATA_SOAK_SECS seconds (default 1800)"]
 fn soak_betree() {
-    let g = DEFAULT_BETREE;
+    let g = LARGE_BASEMENTS_BETREE;
     soak(
         "betree",
         Options::default().betree(g.node_size, g.fanout, g.basement),

@@ -37,7 +37,7 @@ mod salvage;
 mod shape;
 mod write;
 
-pub use config::{Geometry, Origin, DEFAULT_GEOMETRY};
+pub use config::{Geometry, Origin, LARGE_BASEMENTS};
 use leaf::cut_basements;
 pub(crate) use policy::{MAX_RUNS, RUN_BUDGET};
 pub(crate) use salvage::raw_messages;
