@@ -441,9 +441,9 @@ impl VersionedDb {
     }
 
     /// The entries of version `v` in `range`, in key order (`.rev()` for descending). Pages
-    /// are fetched as the iterator goes (the first of `RANGE_FIRST_PAGE` entries, each next
-    /// one twice as large up to `RANGE_MAX_PAGE`), holding no lock between pages, so taking
-    /// the first n entries resolves at most about 2n. Each key comes at most once, in order.
+    /// of `RANGE_PAGE` entries are fetched as the iterator goes, holding no lock between
+    /// pages, so taking the first n entries resolves fewer than n + `RANGE_PAGE`. Each key
+    /// comes at most once, in order.
     /// At an internal version (frozen) this is a snapshot; at a leaf, a write made after this
     /// call to a key not yet reached is seen. Fails at once if `v` is not live, and yields
     /// the error of a later page (`v` deleted meanwhile, an IO error) as an item.
@@ -461,7 +461,6 @@ impl VersionedDb {
             hi: own(range.end_bound()),
             front: VecDeque::new(),
             back: VecDeque::new(),
-            pages: [RANGE_FIRST_PAGE; 2],
             done: false,
         })
     }
@@ -550,10 +549,8 @@ impl VersionedDb {
     }
 }
 
-/// Entries a range iterator's first page holds; each next page from the same end is twice
-/// the last, up to `RANGE_MAX_PAGE`.
-const RANGE_FIRST_PAGE: usize = 256;
-const RANGE_MAX_PAGE: usize = 8192;
+/// Entries a range iterator fetches per lock acquisition (as `Db`'s).
+const RANGE_PAGE: usize = 256;
 
 /// A version's entries in a key range, fetched a page at a time from either end (see
 /// `VersionedDb::range_at`).
@@ -565,8 +562,6 @@ pub struct VersionedRange<'a> {
     hi: Bound<Vec<u8>>,
     front: VecDeque<(Vec<u8>, Vec<u8>)>,
     back: VecDeque<(Vec<u8>, Vec<u8>)>,
-    /// The next page's size from the front and from the back.
-    pages: [usize; 2],
     done: bool,
 }
 
@@ -575,18 +570,15 @@ impl VersionedRange<'_> {
         if self.done {
             return None;
         }
-        let end = usize::from(reverse);
         let buf = if reverse {
             &mut self.back
         } else {
             &mut self.front
         };
         if buf.is_empty() {
-            let n = self.pages[end];
-            self.pages[end] = (n * 2).min(RANGE_MAX_PAGE);
             match self
                 .db
-                .scan_page(self.version, &self.lo, &self.hi, reverse, n)
+                .scan_page(self.version, &self.lo, &self.hi, reverse, RANGE_PAGE)
             {
                 Ok(page) => *buf = page.into(),
                 Err(e) => {

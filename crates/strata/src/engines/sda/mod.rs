@@ -70,6 +70,8 @@ pub struct Sda {
     levels: Vec<Vec<ArrayInfo>>,
     /// Heads of arrays read so far (their filter and block index), by id.
     heads: HashMap<NodeId, Arc<Head>>,
+    /// Blocks range scans read last (`read::Recent`).
+    recent: read::Recent,
     manifest: NodeId,
     next_seq: u64,
     counters: Counters,
@@ -123,6 +125,7 @@ impl Sda {
             buffered_bytes: 0,
             levels,
             heads: HashMap::new(),
+            recent: read::Recent::default(),
             manifest,
             next_seq,
             counters,
@@ -169,6 +172,7 @@ impl Sda {
     /// Forget array `id`: its extent is reused once no durable checkpoint needs it.
     fn free_array(&mut self, id: NodeId) {
         self.heads.remove(&id);
+        self.recent.forget(id);
         self.pager.free(id);
     }
 }

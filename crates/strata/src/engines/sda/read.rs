@@ -9,13 +9,48 @@
 //! reading its array's blocks one at a time in the scan's direction (a key's entries share a
 //! block, so a cursor holds every entry of its front key); the merge takes the nearest key
 //! of all fronts, resolves it from every source and stops at `limit` answers, so a scan reads
-//! about `limit` entries' worth of blocks per array (plus one), not the whole range.
+//! about `limit` entries' worth of blocks per array (plus one), not the whole range. The
+//! blocks a scan read last are kept (`Recent`, two per level), so that the next page of a
+//! paged scan, which starts inside them, does not read them again.
 
 use std::collections::{HashSet, VecDeque};
 
 use super::array::Entry;
 use super::*;
 use crate::kv::within;
+
+/// The blocks read last by range scans, newest at the back: ((array, block), entries).
+#[derive(Default)]
+pub(super) struct Recent {
+    blocks: VecDeque<((NodeId, usize), Arc<Vec<Entry>>)>,
+}
+
+impl Recent {
+    /// Block `i` of array `id`, from here or read (and kept, within `keep` blocks).
+    fn block(
+        &mut self,
+        pager: &Pager,
+        head: &Head,
+        id: NodeId,
+        i: usize,
+        keep: usize,
+    ) -> Result<Arc<Vec<Entry>>> {
+        if let Some((_, b)) = self.blocks.iter().find(|(at, _)| *at == (id, i)) {
+            return Ok(b.clone());
+        }
+        let b = Arc::new(head.read_block(pager, id, i)?);
+        while self.blocks.len() >= keep.max(1) {
+            self.blocks.pop_front();
+        }
+        self.blocks.push_back(((id, i), b.clone()));
+        Ok(b)
+    }
+
+    /// Forget the blocks of a freed array.
+    pub(super) fn forget(&mut self, id: NodeId) {
+        self.blocks.retain(|((a, _), _)| *a != id);
+    }
+}
 
 /// The best candidate so far for one key: (version, seq, value).
 type Best = (Version, u64, Option<Vec<u8>>);
@@ -96,6 +131,9 @@ impl Sda {
             Bound::Excluded(k) => Bound::Excluded((k.to_vec(), Reverse(Version::MAX - first))),
             Bound::Unbounded => Bound::Unbounded,
         };
+        // Disjoint borrows: the buffer is read while blocks are read and kept.
+        let (pager, recent) = (&self.pager, &mut self.recent);
+        let keep = 2 * self.levels.len();
         // (k, Reverse(MAX)) is the first of key k, (k, Reverse(0)) its last.
         let range = self
             .buffer
@@ -110,7 +148,7 @@ impl Sda {
         while out.len() < limit {
             let mut key: Option<Vec<u8>> = pending.map(|((k, _), _)| k.clone());
             for c in &mut cursors {
-                if let Some(e) = c.front(&self.pager, &ancestry)? {
+                if let Some(e) = c.front(pager, recent, keep, &ancestry)? {
                     if key.as_deref().is_none_or(|k| nearer(&e.key, k)) {
                         key = Some(e.key.clone());
                     }
@@ -211,7 +249,13 @@ impl Cursor {
     }
 
     /// The next entry visible at the scan's version (in `ancestry`), reading blocks as needed.
-    fn front(&mut self, pager: &Pager, ancestry: &HashSet<Version>) -> Result<Option<&Entry>> {
+    fn front(
+        &mut self,
+        pager: &Pager,
+        recent: &mut Recent,
+        keep: usize,
+        ancestry: &HashSet<Version>,
+    ) -> Result<Option<&Entry>> {
         while self.buf.is_empty() {
             let Some(i) = self.next else {
                 return Ok(None);
@@ -227,12 +271,12 @@ impl Cursor {
                 self.lo.as_ref().map(Vec::as_slice),
                 self.hi.as_ref().map(Vec::as_slice),
             );
-            let block = self.head.read_block(pager, self.id, i)?;
-            let keep = |e: &Entry| ancestry.contains(&e.version) && within(&e.key, lo, hi);
+            let block = recent.block(pager, &self.head, self.id, i, keep)?;
+            let seen = |e: &&Entry| ancestry.contains(&e.version) && within(&e.key, lo, hi);
             if self.reverse {
-                self.buf.extend(block.into_iter().rev().filter(keep));
+                self.buf.extend(block.iter().rev().filter(seen).cloned());
             } else {
-                self.buf.extend(block.into_iter().filter(keep));
+                self.buf.extend(block.iter().filter(seen).cloned());
             }
         }
         Ok(self.buf.front())
