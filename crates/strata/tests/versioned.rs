@@ -761,10 +761,16 @@ fn ranges_fetch_pages_as_they_go_from_both_ends() {
         };
         let (n, few) = read(&|| {
             let it = db.range_at::<&[u8], _>(ROOT_VERSION, ..).unwrap();
-            it.take(10).map(|e| e.unwrap()).count()
+            it.take(10)
+                .collect::<strata::Result<Vec<_>>>()
+                .unwrap()
+                .len()
         });
         assert_eq!(n, 10);
-        let (n, all) = read(&|| db.range_at::<&[u8], _>(a, ..).unwrap().count());
+        let (n, all) = read(&|| {
+            let it = db.range_at::<&[u8], _>(a, ..).unwrap();
+            it.collect::<strata::Result<Vec<_>>>().unwrap().len()
+        });
         assert_eq!(n, 2000);
         assert!(
             few * 4 < all,
@@ -774,11 +780,8 @@ fn ranges_fetch_pages_as_they_go_from_both_ends() {
         // Both ends at once.
         let mut it = db.range_at(a, k(100)..k(3901)).unwrap();
         let (mut front, mut back) = (Vec::new(), Vec::new());
-        loop {
-            match it.next() {
-                Some(e) => front.push(e.unwrap().0),
-                None => break,
-            }
+        while let Some(e) = it.next() {
+            front.push(e.unwrap().0);
             match it.next_back() {
                 Some(e) => back.push(e.unwrap().0),
                 None => break,

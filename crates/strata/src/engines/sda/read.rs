@@ -19,10 +19,13 @@ use super::array::Entry;
 use super::*;
 use crate::kv::within;
 
-/// The blocks read last by range scans, newest at the back: ((array, block), entries).
+/// A block of an array: (array, block index).
+type BlockAt = (NodeId, usize);
+
+/// The blocks read last by range scans, newest at the back.
 #[derive(Default)]
 pub(super) struct Recent {
-    blocks: VecDeque<((NodeId, usize), Arc<Vec<Entry>>)>,
+    blocks: VecDeque<(BlockAt, Arc<Vec<Entry>>)>,
 }
 
 impl Recent {
