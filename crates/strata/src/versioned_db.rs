@@ -11,6 +11,9 @@
 //!   log, has the engine flush its buffer and commit its manifest (`VersionedEngine::checkpoint`:
 //!   the pager's copy-on-write commit and superblock), then empties the log. It runs on the
 //!   writer's thread: unlike `Db`, no background checkpoint thread yet;
+//! - reads go straight to the engine under the state lock; a range iterator fetches a page at
+//!   a time from either end and holds no lock between pages (a snapshot only at an internal
+//!   version, which nothing writes);
 //! - open: the newest durable checkpoint, then the log records past its sequence number are
 //!   replayed. A clone's record carries the version it made, so replay makes the same one.
 //!

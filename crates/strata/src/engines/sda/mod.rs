@@ -12,7 +12,10 @@
 //! - stratification: the arrays of one level have disjoint W (`policy`);
 //! - density: every version of an array's W sees at least a third of its entries;
 //! - doubling: an array sits at the level of its size or above, never below;
-//! - W holds live versions only; an array whose W empties is freed at once;
+//! - W holds live versions only; an array whose W empties is freed at once; one that a
+//!   version delete left with an eighth or more of its entries unreachable (by its counts of
+//!   entries per version, kept in the manifest) is rewritten by the next `settle` or
+//!   checkpoint (`policy::next_reclaim`);
 //! - every array is referenced by exactly one manifest entry; arrays freed by a merge are
 //!   released by the pager once a checkpoint no longer needs them (copy-on-write).
 //!
