@@ -6,8 +6,10 @@
 //! every `clone_every` puts a new version is made, a clone of a random leaf with probability
 //! 1/3 or of a random internal version with 2/3 (a leaf while there is no internal one), which
 //! keeps about twice as many internal versions as leaves. At `points` evenly spaced moments the
-//! puts stop for `ranges_per_point` range queries at random live versions, each over a key
-//! interval expected to hold `range_len` entries of that version (its width from the entries
+//! puts stop for `ranges_per_point` range queries at random live versions, each taking the
+//! first `range_len` entries of that version from a random key on (an open range the iterator
+//! stops reading once it has them; the start is drawn below the end of the key space by an
+//! interval expected to hold `range_len` of the version's entries, its width from the entries
 //! the version sees, which the driver counts: keys are random, so none repeats). After the
 //! last put: the space used against the live data, then again after half of the leaves are
 //! deleted (and two checkpoints, after which the pager may reuse what they freed), then after
@@ -516,8 +518,14 @@ fn drive(cfg: &Config, db: &VersionedDb) -> Result<Driven> {
         let t0 = Instant::now();
         for _ in 0..cfg.ranges_per_point {
             let v = live[rng.below(live.len() as u64) as usize];
-            let (lo, hi) = interval(&mut rng, tree.seen(v), cfg.range_len);
-            point.range_elements += db.range_at(v, lo.as_slice()..hi.as_slice())?.count() as u64;
+            let (lo, _) = interval(&mut rng, tree.seen(v), cfg.range_len);
+            for e in db
+                .range_at(v, lo.as_slice()..)?
+                .take(cfg.range_len as usize)
+            {
+                e?;
+                point.range_elements += 1;
+            }
             point.ranges += 1;
         }
         point.range_secs = t0.elapsed().as_secs_f64();

@@ -1,11 +1,15 @@
 //! The commands that look at a database without changing its contents: `stats` prints its
 //! metrics, `check` verifies every checksum and the engine's invariants, `dump` prints the
-//! engine's structure level by level.
+//! engine's structure level by level. `stats` and `check` take a plain database or a
+//! versioned one (seed 003's `VersionedDb`, told apart by the engine tag in its superblock);
+//! for a versioned one `stats` adds its version tree's counts.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
+use serde::Serialize;
+use strata::{Db, VersionedDb};
 
 use crate::kv::escape;
 use crate::report::{print_json, print_table, DbView, Table};
@@ -43,13 +47,76 @@ pub struct DumpArgs {
     levels: Option<u32>,
 }
 
+/// A database of either facade.
+enum Opened {
+    Plain(Db),
+    Versioned(VersionedDb),
+}
+
+/// Open the database in `dir`, plain or versioned: `Db` refuses a versioned directory as not
+/// its own, and then `VersionedDb` opens it. When neither can, `Db`'s reason is given, unless
+/// `VersionedDb` found damage.
+fn open_any(dir: &Path) -> Result<Opened, Failure> {
+    match open_existing(dir) {
+        Ok(db) => Ok(Opened::Plain(db)),
+        Err(Failure::Db(e @ strata::Error::NotADatabase { .. })) => {
+            match crate::version::open_existing(dir) {
+                Ok(db) => Ok(Opened::Versioned(db)),
+                Err(Failure::Db(v)) if v.is_corruption() => Err(Failure::Db(v)),
+                Err(_) => Err(Failure::Db(e)),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A versioned database's version tree, in numbers.
+#[derive(Serialize)]
+struct VersionCounts {
+    /// Versions that can be read: leaves and internal ones.
+    live: u64,
+    /// Live versions that take writes.
+    leaves: u64,
+    /// Deleted versions kept for their live descendants.
+    ghosts: u64,
+    /// The number the next clone gets.
+    next: u64,
+}
+
+#[derive(Serialize)]
+struct VersionedView {
+    #[serde(flatten)]
+    db: DbView,
+    versions: VersionCounts,
+}
+
 pub fn stats(a: StatsArgs) -> Result<ExitCode, Failure> {
-    let db = open_existing(&a.db)?;
-    let view = DbView::from(&db.metrics());
+    let (view, versions) = match open_any(&a.db)? {
+        Opened::Plain(db) => (DbView::from(&db.metrics()), None),
+        Opened::Versioned(db) => {
+            let all = db.versions()?;
+            let counts = VersionCounts {
+                live: all.iter().filter(|v| !v.deleted).count() as u64,
+                leaves: all.iter().filter(|v| !v.deleted && v.leaf).count() as u64,
+                ghosts: all.iter().filter(|v| v.deleted).count() as u64,
+                next: db.next_version()?,
+            };
+            (DbView::from(&db.metrics()?), Some(counts))
+        }
+    };
     if a.json {
-        print_json(&view)?;
+        match versions {
+            Some(versions) => print_json(&VersionedView { db: view, versions })?,
+            None => print_json(&view)?,
+        }
     } else {
         let mut t = Table::default();
+        if let Some(c) = &versions {
+            t.section("versions");
+            t.row("live", format!("{} ({} leaves)", c.live, c.leaves));
+            t.row("deleted, kept as ghosts", c.ghosts);
+            t.row("next clone", c.next);
+        }
         view.rows(&mut t);
         print_table(&t)?;
     }
@@ -57,8 +124,11 @@ pub fn stats(a: StatsArgs) -> Result<ExitCode, Failure> {
 }
 
 pub fn check(a: CheckArgs) -> Result<ExitCode, Failure> {
-    let db = open_existing(&a.db)?;
-    let r = db.check().map_err(Failure::CheckFailed)?;
+    let r = match open_any(&a.db)? {
+        Opened::Plain(db) => db.check(),
+        Opened::Versioned(db) => db.check(),
+    }
+    .map_err(Failure::CheckFailed)?;
     let mut t = Table::default();
     t.section(&format!("{}: ok", a.db.display()));
     t.row("blocks verified", r.blocks_verified);

@@ -154,7 +154,7 @@ pub fn run(c: VersionCommand) -> Result<ExitCode, Failure> {
     }
 }
 
-fn open_existing(dir: &Path) -> Result<VersionedDb, Failure> {
+pub(crate) fn open_existing(dir: &Path) -> Result<VersionedDb, Failure> {
     let opts = VersionedOptions {
         create_if_missing: false,
         ..VersionedOptions::default()
@@ -293,7 +293,7 @@ fn scan(a: ScanArgs) -> Result<ExitCode, Failure> {
     let range = a.span.bounds(&a.target)?;
     let db = open_existing(&a.target.db)?;
     let iter = db.range_at::<Vec<u8>, _>(a.version, range)?;
-    a.span.print(&a.target, iter.map(Ok::<_, Failure>))
+    a.span.print(&a.target, iter)
 }
 
 fn delete(a: DeleteArgs) -> Result<ExitCode, Failure> {

@@ -32,7 +32,9 @@ use crate::engine::dump::Dump;
 use crate::engine::{CheckReport, Engine};
 use crate::engines::betree::{self, BeTree, Geometry, Origin};
 use crate::engines::btree::{self, BTree};
+use crate::engines::cow;
 use crate::engines::lsm::{self, Lsm};
+use crate::engines::sda;
 use crate::error::{Error, Result};
 use crate::kv::WriteBatch;
 use crate::metrics::Metrics;
@@ -140,6 +142,14 @@ fn open_engine(
             Some(&lsm::ENGINE_TAG) => Ok(Box::new(
                 Lsm::open(pager, cp, opts.cache_bytes, merge)?.background(opts.background_merges),
             )),
+            // Not damage: a directory of the other facade's.
+            Some(&tag @ (sda::ENGINE_TAG | cow::ENGINE_TAG)) => Err(Error::NotADatabase {
+                path: pager.file_name().to_string(),
+                why: format!(
+                    "engine tag {tag} is a versioned dictionary's: open it with VersionedDb \
+                     (`strata version ...`)"
+                ),
+            }),
             other => Err(Error::corruption(
                 pager.file_name(),
                 0,

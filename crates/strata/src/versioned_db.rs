@@ -11,6 +11,9 @@
 //!   log, has the engine flush its buffer and commit its manifest (`VersionedEngine::checkpoint`:
 //!   the pager's copy-on-write commit and superblock), then empties the log. It runs on the
 //!   writer's thread: unlike `Db`, no background checkpoint thread yet;
+//! - reads go straight to the engine under the state lock; a range iterator fetches a page at
+//!   a time from either end and holds no lock between pages (a snapshot only at an internal
+//!   version, which nothing writes);
 //! - open: the newest durable checkpoint, then the log records past its sequence number are
 //!   replayed. A clone's record carries the version it made, so replay makes the same one.
 //!
@@ -19,6 +22,7 @@
 //! memory ahead of or behind the log, so it poisons the database (as `Db` does): later calls
 //! fail until it is reopened.
 
+use std::collections::VecDeque;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,6 +35,7 @@ use crate::engines::cow::{self, CowTree};
 use crate::engines::sda::{self, Sda};
 use crate::error::{Error, Result};
 use crate::kv::{MAX_KEY_LEN, MAX_VALUE_LEN};
+use crate::metrics::Metrics;
 use crate::model::Affine;
 use crate::options::Durability;
 use crate::storage::{Device, Env, EnvLock, FileEnv, FileKind, IoStats, Metered, Pager};
@@ -438,21 +443,50 @@ impl VersionedDb {
         Ok(got)
     }
 
-    /// The entries of version `v` in `range`, in key order (`.rev()` for descending): a
-    /// snapshot taken at this call.
+    /// The entries of version `v` in `range`, in key order (`.rev()` for descending). Pages
+    /// of `RANGE_PAGE` entries are fetched as the iterator goes, holding no lock between
+    /// pages, so taking the first n entries resolves fewer than n + `RANGE_PAGE`. Each key
+    /// comes at most once, in order.
+    /// At an internal version (frozen) this is a snapshot; at a leaf, a write made after this
+    /// call to a key not yet reached is seen. Fails at once if `v` is not live, and yields
+    /// the error of a later page (`v` deleted meanwhile, an IO error) as an item.
     pub fn range_at<K: AsRef<[u8]>, R: RangeBounds<K>>(
         &self,
         v: Version,
         range: R,
-    ) -> Result<VersionedRange> {
-        let lo = range.start_bound().map(|k| k.as_ref());
-        let hi = range.end_bound().map(|k| k.as_ref());
-        let mut out = Vec::new();
-        let mut st = self.state()?;
-        st.engine.scan_at(v, lo, hi, false, usize::MAX, &mut out)?;
+    ) -> Result<VersionedRange<'_>> {
+        self.state()?.engine.versions().check_live(v)?;
+        let own = |b: Bound<&K>| b.map(|k| k.as_ref().to_vec());
         Ok(VersionedRange {
-            inner: out.into_iter(),
+            db: self,
+            version: v,
+            lo: own(range.start_bound()),
+            hi: own(range.end_bound()),
+            front: VecDeque::new(),
+            back: VecDeque::new(),
+            done: false,
         })
+    }
+
+    /// Up to `limit` entries of `v` within (`lo`, `hi`), from the low end or (`reverse`) the
+    /// high one.
+    fn scan_page(
+        &self,
+        v: Version,
+        lo: &Bound<Vec<u8>>,
+        hi: &Bound<Vec<u8>>,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let (lo, hi) = (
+            lo.as_ref().map(Vec::as_slice),
+            hi.as_ref().map(Vec::as_slice),
+        );
+        let mut out = Vec::new();
+        self.state()?
+            .engine
+            .scan_at(v, lo, hi, reverse, limit, &mut out)?;
+        Ok(out)
     }
 
     /// The keys whose values differ between versions `v` and `w`, ascending, with the value at
@@ -497,27 +531,97 @@ impl VersionedDb {
         Ok(self.state()?.engine.stats())
     }
 
+    /// `Db::metrics`' view of this database: the engine's figures, the data file's IO and
+    /// both files' sizes (the write and read counters `Db` keeps are left at zero).
+    pub fn metrics(&self) -> Result<Metrics> {
+        let st = self.state()?;
+        Ok(Metrics {
+            engine: st.engine.stats(),
+            data_io: self.data_stats.snapshot(),
+            write_seq: st.next_seq - 1,
+            data_file_bytes: st.engine.device().len().unwrap_or(0),
+            wal_file_bytes: self.wal.file_bytes(),
+            ..Metrics::default()
+        }
+        .finish())
+    }
+
     /// Reads and writes of the data file so far.
     pub fn data_io(&self) -> crate::storage::IoSnapshot {
         self.data_stats.snapshot()
     }
 }
 
-/// A version's entries in a range, taken whole when made; iterates from either end.
-pub struct VersionedRange {
-    inner: std::vec::IntoIter<(Vec<u8>, Vec<u8>)>,
+/// Entries a range iterator fetches per lock acquisition (as `Db`'s).
+const RANGE_PAGE: usize = 256;
+
+/// A version's entries in a key range, fetched a page at a time from either end (see
+/// `VersionedDb::range_at`).
+pub struct VersionedRange<'a> {
+    db: &'a VersionedDb,
+    version: Version,
+    /// What is left to fetch: past what either end has returned.
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    front: VecDeque<(Vec<u8>, Vec<u8>)>,
+    back: VecDeque<(Vec<u8>, Vec<u8>)>,
+    done: bool,
 }
 
-impl Iterator for VersionedRange {
-    type Item = (Vec<u8>, Vec<u8>);
-    fn next(&mut self) -> Option<Self::Item> {
-        self.inner.next()
+impl VersionedRange<'_> {
+    fn step(&mut self, reverse: bool) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
+        if self.done {
+            return None;
+        }
+        let buf = if reverse {
+            &mut self.back
+        } else {
+            &mut self.front
+        };
+        if buf.is_empty() {
+            match self
+                .db
+                .scan_page(self.version, &self.lo, &self.hi, reverse, RANGE_PAGE)
+            {
+                Ok(page) => *buf = page.into(),
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        let Some((k, v)) = buf.pop_front() else {
+            self.done = true;
+            return None;
+        };
+        // The other end may have returned this key since the page was fetched.
+        let (lo, hi) = (
+            self.lo.as_ref().map(Vec::as_slice),
+            self.hi.as_ref().map(Vec::as_slice),
+        );
+        if !crate::kv::within(&k, lo, hi) {
+            self.done = true;
+            return None;
+        }
+        if reverse {
+            self.hi = Bound::Excluded(k.clone());
+        } else {
+            self.lo = Bound::Excluded(k.clone());
+        }
+        Some(Ok((k, v)))
     }
 }
 
-impl DoubleEndedIterator for VersionedRange {
+impl Iterator for VersionedRange<'_> {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.step(false)
+    }
+}
+
+impl DoubleEndedIterator for VersionedRange<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
-        self.inner.next_back()
+        self.step(true)
     }
 }
 

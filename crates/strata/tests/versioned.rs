@@ -135,7 +135,11 @@ fn all_match(db: &VersionedDb, m: &VersionedMap) -> Result<(), TestCaseError> {
         .collect();
     prop_assert_eq!(&got, &live);
     for v in live {
-        let got: Vec<_> = db.range_at::<&[u8], _>(v, ..).unwrap().collect();
+        let got: Vec<_> = db
+            .range_at::<&[u8], _>(v, ..)
+            .unwrap()
+            .collect::<strata::Result<_>>()
+            .unwrap();
         prop_assert_eq!(
             got,
             m.range_at(v, Unbounded, Unbounded).unwrap(),
@@ -189,12 +193,13 @@ fn run(kind: Kind, steps: Vec<Step>, durability: Durability) -> Result<(), TestC
                 let want = m.range_at(v, Included(&lo[..]), Excluded(&hi[..])).unwrap();
                 let it = db.range_at(v, lo.clone()..hi.clone()).unwrap();
                 if rev {
-                    let got: Vec<_> = it.rev().collect();
+                    let got: Vec<_> = it.rev().collect::<strata::Result<_>>().unwrap();
                     let mut want = want;
                     want.reverse();
                     prop_assert_eq!(got, want, "range rev at step {}", i);
                 } else {
-                    prop_assert_eq!(it.collect::<Vec<_>>(), want, "range at step {}", i);
+                    let got: Vec<_> = it.collect::<strata::Result<_>>().unwrap();
+                    prop_assert_eq!(got, want, "range at step {}", i);
                 }
             }
             Step::Diff(a, b) => {
@@ -403,12 +408,16 @@ fn each_clones_isolate_writes_and_ranges_run_both_ways(kind: Kind) {
     assert_eq!(db.get_at(snap, "003").unwrap(), Some(b"a3".to_vec()));
     assert_eq!(db.get_at(b, "005").unwrap(), None);
     assert_eq!(db.get_at(b, "003").unwrap(), Some(b"r3".to_vec()));
-    let fwd: Vec<_> = db.range_at(b, "010".."020").unwrap().map(|e| e.0).collect();
+    let fwd: Vec<_> = db
+        .range_at(b, "010".."020")
+        .unwrap()
+        .map(|e| e.unwrap().0)
+        .collect();
     let mut back: Vec<_> = db
         .range_at(b, "010".."020")
         .unwrap()
         .rev()
-        .map(|e| e.0)
+        .map(|e| e.unwrap().0)
         .collect();
     back.reverse();
     assert_eq!(fwd, back);
@@ -468,7 +477,10 @@ fn dump(db: &VersionedDb) -> Dump {
         .map(|i| {
             (
                 i.version,
-                db.range_at::<&[u8], _>(i.version, ..).unwrap().collect(),
+                db.range_at::<&[u8], _>(i.version, ..)
+                    .unwrap()
+                    .collect::<strata::Result<_>>()
+                    .unwrap(),
             )
         })
         .collect();
@@ -662,7 +674,11 @@ fn large_values_and_the_empty_key_round_trip() {
         assert_eq!(db.get_at(a, [2u8]).unwrap(), Some(big(9)));
         assert_eq!(db.get_at(ROOT_VERSION, [2u8]).unwrap(), Some(big(2)));
         assert_eq!(db.get_at(a, b"").unwrap(), Some(b"empty".to_vec()));
-        let all: Vec<_> = db.range_at::<&[u8], _>(a, ..).unwrap().collect();
+        let all: Vec<_> = db
+            .range_at::<&[u8], _>(a, ..)
+            .unwrap()
+            .collect::<strata::Result<_>>()
+            .unwrap();
         assert_eq!(all.len(), 7);
         assert_eq!(all[0].0, b"".to_vec());
         assert_eq!(all[3], (vec![2u8], big(9)), "{kind:?}");
@@ -702,5 +718,101 @@ fn deleting_every_version_frees_everything() {
         ));
         let st = db.stats().unwrap();
         assert!(st.referenced_bytes <= 8192, "{kind:?}: {st:?}");
+    }
+}
+
+/// Range iterators fetch pages as they go: taking the first 10 entries of a range of 2,000
+/// reads a small part of what the whole range reads; a range walked from both ends at once,
+/// past several pages each way, returns every key once, in order; and a key written to a leaf
+/// after its iterator was made is seen if the iterator has not passed it yet.
+#[test]
+fn ranges_fetch_pages_as_they_go_from_both_ends() {
+    for kind in KINDS {
+        let engine = match kind {
+            Kind::Sda => VersionedEngineOptions::Sda(SdaConfig {
+                buffer_bytes: 16 << 10,
+                level0_entries: 64,
+                block_bytes: 1024,
+                ..SdaConfig::tiny()
+            }),
+            Kind::Cow => VersionedEngineOptions::Cow(CowConfig {
+                leaf_entries: 32,
+                fanout: 16,
+                ..CowConfig::tiny()
+            }),
+        };
+        let env = SimEnv::new();
+        let opts = VersionedOptions {
+            engine,
+            durability: Durability::None,
+            ..VersionedOptions::default()
+        };
+        let db = VersionedDb::open_in(&env, opts).unwrap();
+        let k = |i: u32| format!("k{i:05}").into_bytes();
+        for i in 0..2000 {
+            db.put_at(ROOT_VERSION, k(2 * i), [i as u8; 20]).unwrap();
+        }
+        let a = db.clone_version(ROOT_VERSION).unwrap();
+        db.checkpoint().unwrap();
+        let read = |f: &dyn Fn() -> usize| {
+            let before = db.data_io().bytes_read;
+            let n = f();
+            (n, db.data_io().bytes_read - before)
+        };
+        let (n, few) = read(&|| {
+            let it = db.range_at::<&[u8], _>(ROOT_VERSION, ..).unwrap();
+            it.take(10)
+                .collect::<strata::Result<Vec<_>>>()
+                .unwrap()
+                .len()
+        });
+        assert_eq!(n, 10);
+        let (n, all) = read(&|| {
+            let it = db.range_at::<&[u8], _>(a, ..).unwrap();
+            it.collect::<strata::Result<Vec<_>>>().unwrap().len()
+        });
+        assert_eq!(n, 2000);
+        assert!(
+            few * 4 < all,
+            "{kind:?}: 10 entries read {few} bytes, 2,000 read {all}"
+        );
+
+        // Both ends at once.
+        let mut it = db.range_at(a, k(100)..k(3901)).unwrap();
+        let (mut front, mut back) = (Vec::new(), Vec::new());
+        while let Some(e) = it.next() {
+            front.push(e.unwrap().0);
+            match it.next_back() {
+                Some(e) => back.push(e.unwrap().0),
+                None => break,
+            }
+        }
+        back.reverse();
+        front.extend(back);
+        let want: Vec<Vec<u8>> = (50..1951).map(|i| k(2 * i)).collect();
+        assert_eq!(front, want, "{kind:?}");
+
+        // Writes to the leaf while it is being read: ahead of the iterator they are seen.
+        let mut it = db.range_at::<&[u8], _>(a, ..).unwrap();
+        assert_eq!(it.next().unwrap().unwrap().0, k(0));
+        db.put_at(a, k(1), b"behind").unwrap();
+        db.put_at(a, k(3999), b"ahead").unwrap();
+        let rest: Vec<_> = it.map(|e| e.unwrap()).collect();
+        assert_eq!(
+            rest.len(),
+            2000,
+            "{kind:?}: 1,999 old keys and the one ahead"
+        );
+        assert!(rest.contains(&(k(3999), b"ahead".to_vec())));
+        assert!(rest.iter().all(|(key, _)| *key != k(1)));
+        // A version deleted under an iterator: the next page is an error, not a panic.
+        let b = db.clone_version(a).unwrap();
+        let mut it = db.range_at::<&[u8], _>(b, ..).unwrap();
+        assert!(it.next().unwrap().is_ok());
+        db.delete_version(b).unwrap();
+        let err = it
+            .find_map(|e| e.err())
+            .expect("an error once the page runs out");
+        assert!(matches!(err, Error::BadVersion { .. }), "{err}");
     }
 }

@@ -1,5 +1,5 @@
 //! `check`: every array read whole from the device (not the head cache) and verified against
-//! its head and its manifest entry, then the structure's invariants: the version sets hold
+//! its head and its manifest entry (entries in all and per version), then the structure's invariants: the version sets hold
 //! live versions only (each seeing something of the array), stratification, density (unless
 //! the configuration turns density amplification off), and that the translation table holds
 //! exactly the manifest and the arrays.
@@ -38,6 +38,14 @@ impl Sda {
                 )));
             }
             self.check_entries(&head, &entries).map_err(bad)?;
+            // Carried over from a version 2 manifest, an array has no counts to compare.
+            let by_version = policy::count_by_version(entries.iter().map(|e| &e.version));
+            if !a.by_version.is_empty() && a.by_version != by_version {
+                return Err(bad(format!(
+                    "entries per version {by_version:?}, the manifest says {:?}",
+                    a.by_version
+                )));
+            }
             if let Some(v) = a.versions.iter().find(|&&v| !self.tree.is_live(v)) {
                 return Err(bad(format!("serves version {v}, which is not live")));
             }

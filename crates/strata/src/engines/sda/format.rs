@@ -5,15 +5,19 @@
 //! every clone.
 //!
 //! ```text
-//! superblock: 0 tag u8 (4) | 1 version u8 (2) | 2 buffer u32 | 6 level-0 entries u32 |
+//! superblock: 0 tag u8 (4) | 1 version u8 (3) | 2 buffer u32 | 6 level-0 entries u32 |
 //!             10 block u32 | 14 filter bits f64 | 22 manifest id u64 | 30 next seq u64 |
 //!             38 flags u8 (1: no density amplification; version 2 on, version 1 has none)
 //! manifest:   flushes u64 | merges u64 | splits u64 | dropped entries u64 |
-//!             merge bytes read u64 | merge bytes written u64 | version tree (engine::versions) |
+//!             merge bytes read u64 | merge bytes written u64 | [v3: reclaims u64] |
+//!             version tree (engine::versions) |
 //!             levels u32, per level: arrays u32, per array: id u64, entries u64, bytes u64,
-//!             versions u32, each u64 (ascending)
+//!             versions u32, each u64 (ascending) |
+//!             [v3: written u32, each: version u64, entries u64 (ascending, summing to entries;
+//!             none for an array carried over from a version 2 manifest)]
 //! ```
-//! A newer version is refused, not guessed at.
+//! The superblock's version is the manifest's too: versions 1 and 2 are read without the
+//! reclaim counter and the per-version counts. A newer version is refused, not guessed at.
 
 use super::policy::ArrayInfo;
 use super::*;
@@ -21,7 +25,8 @@ use crate::codec::{Reader, Writer};
 use crate::engine::{meta_reader, meta_writer};
 
 /// Version 2 added the flags byte; version 1 (without it) is still read, as flags 0.
-pub(super) const META_VERSION: u8 = 2;
+/// Version 3 added the manifest's reclaim counter and each array's entries per version.
+pub(super) const META_VERSION: u8 = 3;
 #[cfg(test)]
 const META_LEN: usize = 39;
 /// The flag of a configuration without density amplification.
@@ -41,6 +46,8 @@ pub struct Counters {
     pub merge_read_bytes: u64,
     /// Bytes of arrays written, by flushes and merges alike.
     pub merge_write_bytes: u64,
+    /// Arrays rewritten on their own to drop what version deletes left unreachable.
+    pub reclaims: u64,
 }
 
 pub(super) fn encode_meta(cfg: &Config, manifest: NodeId, next_seq: u64) -> Vec<u8> {
@@ -59,8 +66,8 @@ pub(super) fn encode_meta(cfg: &Config, manifest: NodeId, next_seq: u64) -> Vec<
     w.finish()
 }
 
-/// The configuration, the manifest's id and the next sequence number.
-pub(super) fn decode_meta(meta: &[u8], file: &str) -> Result<(Config, NodeId, u64)> {
+/// The configuration, the manifest's id, the next sequence number and the format version.
+pub(super) fn decode_meta(meta: &[u8], file: &str) -> Result<(Config, NodeId, u64, u8)> {
     let bad = |what: &str| Error::corruption(file, 0, format!("SDA metadata: {what}"));
     let (version, mut r) = meta_reader(meta, ENGINE_TAG, META_VERSION, file, bad)?;
     let field = |e: String| bad(&e);
@@ -81,7 +88,7 @@ pub(super) fn decode_meta(meta: &[u8], file: &str) -> Result<(Config, NodeId, u6
         }
         cfg.density_amplification = flags & NO_DENSITY_AMPLIFICATION == 0;
     }
-    Ok((cfg, manifest, next_seq))
+    Ok((cfg, manifest, next_seq, version))
 }
 
 pub(super) fn encode_manifest(
@@ -97,6 +104,7 @@ pub(super) fn encode_manifest(
         c.dropped,
         c.merge_read_bytes,
         c.merge_write_bytes,
+        c.reclaims,
     ] {
         w.u64(v);
     }
@@ -112,6 +120,10 @@ pub(super) fn encode_manifest(
             for &v in &a.versions {
                 w.u64(v);
             }
+            w.u32(a.by_version.len() as u32);
+            for &(v, n) in &a.by_version {
+                w.u64(v).u64(n);
+            }
         }
     }
     w.finish()
@@ -119,13 +131,15 @@ pub(super) fn encode_manifest(
 
 pub(super) type Manifest = (Counters, VersionTree, Vec<Vec<ArrayInfo>>);
 
-pub(super) fn decode_manifest(p: &[u8]) -> std::result::Result<Manifest, String> {
+/// The manifest of format `version` (the superblock's).
+pub(super) fn decode_manifest(p: &[u8], version: u8) -> std::result::Result<Manifest, String> {
     let mut r = Reader::new(p);
-    let mut v = [0u64; 6];
-    for x in &mut v {
+    let mut v = [0u64; 7];
+    let counters = if version >= 3 { 7 } else { 6 };
+    for x in &mut v[..counters] {
         *x = r.u64()?;
     }
-    let [flushes, merges, splits, dropped, merge_read_bytes, merge_write_bytes] = v;
+    let [flushes, merges, splits, dropped, merge_read_bytes, merge_write_bytes, reclaims] = v;
     let tree = VersionTree::decode(&mut r)?;
     let nlevels = r.u32()? as usize;
     if nlevels > MAX_LEVELS {
@@ -151,11 +165,33 @@ pub(super) fn decode_manifest(p: &[u8]) -> std::result::Result<Manifest, String>
             if versions.is_empty() || entries == 0 {
                 return Err(format!("array {id} serves no version or holds nothing"));
             }
+            let mut by_version = Vec::new();
+            if version >= 3 {
+                let n = r.u32()? as usize;
+                by_version.reserve(r.capacity(n, 16));
+                let mut total = 0u64;
+                for _ in 0..n {
+                    let (v, count) = (r.u64()?, r.u64()?);
+                    if by_version.last().is_some_and(|&(l, _)| l >= v) || count == 0 {
+                        return Err(format!("array {id}: counts per version out of order"));
+                    }
+                    total = total.saturating_add(count);
+                    by_version.push((v, count));
+                }
+                // None at all: an array carried over from a version 2 manifest.
+                if n > 0 && total != entries {
+                    return Err(format!(
+                        "array {id}: {entries} entries, its counts per version sum to {total}"
+                    ));
+                }
+            }
             arrays.push(ArrayInfo {
                 id,
                 entries,
                 bytes,
                 versions,
+                by_version,
+                dead: 0,
             });
         }
         levels.push(arrays);
@@ -168,6 +204,7 @@ pub(super) fn decode_manifest(p: &[u8]) -> std::result::Result<Manifest, String>
         dropped,
         merge_read_bytes,
         merge_write_bytes,
+        reclaims,
     };
     Ok((c, tree, levels))
 }
@@ -186,10 +223,10 @@ mod tests {
         let hex: String = meta.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(
             hex,
-            "040200020000040000000001000000000000000024400700000000000000d20400000000000000"
+            "040300020000040000000001000000000000000024400700000000000000d20400000000000000"
         );
-        let (cfg, manifest, seq) = decode_meta(&meta, "f").unwrap();
-        assert_eq!((cfg, manifest, seq), (Config::tiny(), 7, 1234));
+        let got = decode_meta(&meta, "f").unwrap();
+        assert_eq!(got, (Config::tiny(), 7, 1234, META_VERSION));
         let off = Config {
             density_amplification: false,
             ..Config::tiny()
@@ -204,7 +241,11 @@ mod tests {
         let v1 = hex_bytes(
             "040100020000040000000001000000000000000024400700000000000000d204000000000000",
         );
-        assert_eq!(decode_meta(&v1, "f").unwrap(), (Config::tiny(), 7, 1234));
+        assert_eq!(decode_meta(&v1, "f").unwrap(), (Config::tiny(), 7, 1234, 1));
+        // Version 2: the same bytes as version 3's (its manifest differs).
+        let mut v2 = meta.clone();
+        v2[1] = 2;
+        assert_eq!(decode_meta(&v2, "f").unwrap(), (Config::tiny(), 7, 1234, 2));
         let mut newer = meta.clone();
         newer[1] = META_VERSION + 1;
         assert!(matches!(
@@ -230,6 +271,8 @@ mod tests {
                 entries: 4,
                 bytes: 4096,
                 versions: vec![0, a],
+                by_version: vec![(0, 1), (a, 3)],
+                dead: 0,
             }],
             vec![],
         ];
@@ -240,15 +283,35 @@ mod tests {
             dropped: 4,
             merge_read_bytes: 5,
             merge_write_bytes: 6,
+            reclaims: 7,
         };
         let bytes = encode_manifest(&c, &tree, &levels);
         assert_eq!(
-            decode_manifest(&bytes).unwrap(),
+            decode_manifest(&bytes, META_VERSION).unwrap(),
             (c, tree.clone(), levels.clone())
         );
         let mut gone = tree.clone();
         gone.delete(a).unwrap();
-        assert!(decode_manifest(&encode_manifest(&c, &gone, &levels)).is_err());
+        let bad = encode_manifest(&c, &gone, &levels);
+        assert!(decode_manifest(&bad, META_VERSION).is_err());
+        // Counts per version that do not add up to the entries are refused.
+        let mut wrong = levels.clone();
+        wrong[0][0].by_version = vec![(0, 1), (a, 2)];
+        let bad = encode_manifest(&c, &tree, &wrong);
+        assert!(decode_manifest(&bad, META_VERSION).is_err());
+        // Version 2: no reclaim counter, no counts per version.
+        let mut w = Writer::new();
+        for x in 1..=6 {
+            w.u64(x);
+        }
+        tree.encode(&mut w);
+        w.u32(1).u32(1).u64(3).u64(4).u64(4096).u32(2).u64(0).u64(a);
+        let (c2, tree2, levels2) = decode_manifest(&w.finish(), 2).unwrap();
+        assert_eq!(c2, Counters { reclaims: 0, ..c });
+        assert_eq!(tree2, tree);
+        let mut old = levels[0].clone();
+        old[0].by_version.clear();
+        assert_eq!(levels2, vec![old]);
     }
 
     proptest::proptest! {
@@ -260,19 +323,22 @@ mod tests {
             at in 0usize..1000,
             to in proptest::prelude::any::<u8>(),
         ) {
-            let _ = decode_manifest(&bytes);
+            let _ = decode_manifest(&bytes, META_VERSION);
+            let _ = decode_manifest(&bytes, 2);
             let _ = Head::decode(&bytes);
             let _ = VersionTree::decode(&mut Reader::new(&bytes));
             let _ = decode_meta(&bytes, "f");
             let mut tree = VersionTree::new();
             let a = tree.clone_version(0).unwrap();
-            let levels = vec![vec![ArrayInfo { id: 3, entries: 4, bytes: 4096, versions: vec![0, a] }]];
+            let levels = vec![vec![ArrayInfo {
+                id: 3, entries: 4, bytes: 4096, versions: vec![0, a], by_version: vec![(a, 4)], dead: 0,
+            }]];
             let good = encode_manifest(&Counters::default(), &tree, &levels);
             let mut bad = good.clone();
             let i = at % bad.len();
             bad[i] = to;
-            let _ = decode_manifest(&bad);
-            let _ = decode_manifest(&good[..i]);
+            let _ = decode_manifest(&bad, META_VERSION);
+            let _ = decode_manifest(&good[..i], META_VERSION);
             let entries = [Entry { key: b"k".to_vec(), version: a, seq: 1, value: Some(b"v".to_vec()) }];
             let (head, _) = build(&entries, 64, 10.0, 9);
             let _ = head.decode_block(0, &bytes);

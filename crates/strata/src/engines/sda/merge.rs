@@ -9,6 +9,10 @@
 //!   then frees the inputs. Each piece goes to the level of its size, or the inputs' level if
 //!   that is higher.
 //!
+//! - A reclaim (after version deletes, `policy::next_reclaim`) is a merge of one array: read
+//!   whole, its entries live at some version of its unchanged W written as dense pieces at its
+//!   level, the input freed.
+//!
 //! Debug builds check every written piece's density (with density amplification on) and,
 //! after the merges, stratification.
 
@@ -68,6 +72,15 @@ impl Sda {
             self.write_pieces(&entries, &w_set, level)?;
             self.free_array(a.id);
             self.free_array(b.id);
+        }
+        // Its pieces partition the same W at the same level: nothing new to merge.
+        while let Some((level, i)) = policy::next_reclaim(&self.levels) {
+            let a = self.levels[level].remove(i);
+            let entries = self.head(a.id)?.read_all(&self.pager, a.id)?;
+            self.counters.merge_read_bytes += a.bytes;
+            self.counters.reclaims += 1;
+            self.write_pieces(&entries, &a.versions, level)?;
+            self.free_array(a.id);
         }
         debug_assert!(policy::stratified(&self.levels), "levels not stratified");
         Ok(())
@@ -157,6 +170,9 @@ impl Sda {
                 entries: out.len() as u64,
                 bytes,
                 versions: p.versions,
+                by_version: policy::count_by_version(out.iter().map(|e| &e.version)),
+                // Every entry kept is live at a version of the piece.
+                dead: 0,
             };
             let at = level.max(level_for(info.entries, self.cfg.level0_entries));
             if at >= MAX_LEVELS {

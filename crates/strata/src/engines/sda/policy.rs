@@ -17,6 +17,13 @@
 //!   older value they hide may lie in an array the merge does not see.
 //! - Density: every w ∈ W sees at least `DENSITY` of the array's entries. `split` cuts W into
 //!   subtree pieces that each are dense, copying the shared ancestors' entries into each.
+//! - Reclamation: a version delete can leave an array with entries of versions that are no
+//!   ancestor-or-self of any version it still serves (a deleted leaf's writes, a removed
+//!   ghost's); no read at a version of W reaches them (`unreachable`, from the array's count of
+//!   entries per version). Once they are `RECLAIM` of its entries, the array is rewritten on
+//!   its own (`next_reclaim`), keeping what W reads, at its level: its W is unchanged, so
+//!   stratification is too. Each rewrite frees at least `RECLAIM` of what it writes, so a
+//!   deleted entry costs at most 1 / `RECLAIM` entries rewritten.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -28,6 +35,11 @@ use crate::storage::NodeId;
 pub const DENSITY_NUM: usize = 1;
 pub const DENSITY_DEN: usize = 3;
 
+/// Reclaim an array once this fraction of its entries is unreachable (1/8: after the
+/// rewrite at most an eighth of an array is waste that a delete left behind).
+pub const RECLAIM_NUM: u64 = 1;
+pub const RECLAIM_DEN: u64 = 8;
+
 /// An array as the manifest knows it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ArrayInfo {
@@ -36,6 +48,13 @@ pub struct ArrayInfo {
     pub bytes: u64,
     /// The live versions this array serves, ascending.
     pub versions: Vec<Version>,
+    /// How many of its entries each version wrote (the version of the entry), ascending by
+    /// version; fixed for the array's life. Empty for arrays of manifests before version 3
+    /// (unknown: never reclaimed on their own, only by ordinary merges).
+    pub by_version: Vec<(Version, u64)>,
+    /// Entries no version of W can reach (`unreachable`); kept in memory, recomputed at open
+    /// and after each version delete.
+    pub dead: u64,
 }
 
 impl ArrayInfo {
@@ -54,6 +73,44 @@ impl ArrayInfo {
         }
         false
     }
+}
+
+/// How many entries of `a` no version of its W reaches: those of versions that are no
+/// ancestor-or-self of any of them (removed from the tree, or above none of W).
+pub fn unreachable(a: &ArrayInfo, tree: &VersionTree) -> u64 {
+    let mut reach: HashSet<Version> = HashSet::new();
+    for &w in &a.versions {
+        for x in tree.ancestry(w) {
+            if !reach.insert(x) {
+                break; // the rest of the chain is in already
+            }
+        }
+    }
+    a.by_version
+        .iter()
+        .filter(|(x, _)| !reach.contains(x))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Entries per version of `entries`, ascending by version.
+pub fn count_by_version<'a>(versions: impl Iterator<Item = &'a Version>) -> Vec<(Version, u64)> {
+    let mut m: BTreeMap<Version, u64> = BTreeMap::new();
+    for &v in versions {
+        *m.entry(v).or_default() += 1;
+    }
+    m.into_iter().collect()
+}
+
+/// An array whose unreachable entries have reached `RECLAIM` of it, lowest level first: its
+/// (level, index).
+pub fn next_reclaim(levels: &[Vec<ArrayInfo>]) -> Option<(usize, usize)> {
+    levels.iter().enumerate().find_map(|(l, arrays)| {
+        arrays
+            .iter()
+            .position(|a| a.dead > 0 && a.dead * RECLAIM_DEN >= a.entries * RECLAIM_NUM)
+            .map(|i| (l, i))
+    })
 }
 
 /// The level an array of `entries` belongs at.
@@ -252,6 +309,8 @@ mod tests {
             entries: 4,
             bytes: 0,
             versions: versions.to_vec(),
+            by_version: vec![(versions[0], 4)],
+            dead: 0,
         }
     }
 
@@ -268,6 +327,44 @@ mod tests {
         assert_eq!(next_merge(&levels), Some((1, 0, 1)));
         assert!(!stratified(&levels));
         assert!(stratified(&levels[..1]));
+    }
+
+    /// Entries of versions above no version of W are unreachable; an array is reclaimed once
+    /// they are an eighth of it, lowest level first.
+    #[test]
+    fn unreachable_entries_are_counted_and_an_eighth_triggers_a_reclaim() {
+        let mut t = VersionTree::new();
+        let a = t.clone_version(ROOT).unwrap(); // 1
+        let b = t.clone_version(ROOT).unwrap(); // 2
+        let c = t.clone_version(a).unwrap(); // 3, under a
+        let mut x = info(9, &[ROOT, a, b, c]);
+        x.entries = 16;
+        x.by_version = vec![(ROOT, 8), (a, 2), (b, 4), (c, 2)];
+        assert_eq!(unreachable(&x, &t), 0);
+        // `a` deleted: a ghost that `c` reads through.
+        t.delete(a).unwrap();
+        x.versions = vec![ROOT, b, c];
+        assert_eq!(unreachable(&x, &t), 0);
+        // `c` deleted: `a` and `c` leave the tree; their 4 entries are unreachable.
+        t.delete(c).unwrap();
+        x.versions = vec![ROOT, b];
+        assert_eq!(unreachable(&x, &t), 4);
+        // `b` alone still reads the root's entries.
+        let mut only_b = x.clone();
+        only_b.versions = vec![b];
+        assert_eq!(unreachable(&only_b, &t), 4);
+        // 1 of 16 is under an eighth, 2 of 16 is not.
+        let mut levels = vec![vec![info(1, &[ROOT])], vec![x.clone(), x.clone()]];
+        levels[1][0].dead = 1;
+        levels[1][0].entries = 16;
+        assert_eq!(next_reclaim(&levels), None);
+        levels[1][1].dead = 2;
+        levels[1][1].entries = 16;
+        assert_eq!(next_reclaim(&levels), Some((1, 1)));
+        assert_eq!(
+            count_by_version([3, 1, 3, 0].iter()),
+            vec![(0, 1), (1, 1), (3, 2)]
+        );
     }
 
     #[test]

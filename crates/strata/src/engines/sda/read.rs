@@ -5,15 +5,55 @@
 //! "absent".
 //!
 //! A point query reads one block per array, and only if the array's filter lets the key
-//! through. A range query reads the blocks of each array that overlap the range and resolves
-//! every key in it before taking `limit` (simple, and exact; a cursor merge that stops early
-//! is future work, docs/versioned.md).
+//! through. A range query is a merge of cursors, one per array and one over the buffer, each
+//! reading its array's blocks one at a time in the scan's direction (a key's entries share a
+//! block, so a cursor holds every entry of its front key); the merge takes the nearest key
+//! of all fronts, resolves it from every source and stops at `limit` answers, so a scan reads
+//! about `limit` entries' worth of blocks per array (plus one), not the whole range. The
+//! blocks a scan read last are kept (`Recent`, two per level), so that the next page of a
+//! paged scan, which starts inside them, does not read them again.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 
 use super::array::Entry;
 use super::*;
 use crate::kv::within;
+
+/// A block of an array: (array, block index).
+type BlockAt = (NodeId, usize);
+
+/// The blocks read last by range scans, newest at the back.
+#[derive(Default)]
+pub(super) struct Recent {
+    blocks: VecDeque<(BlockAt, Arc<Vec<Entry>>)>,
+}
+
+impl Recent {
+    /// Block `i` of array `id`, from here or read (and kept, within `keep` blocks).
+    fn block(
+        &mut self,
+        pager: &Pager,
+        head: &Head,
+        id: NodeId,
+        i: usize,
+        keep: usize,
+    ) -> Result<Arc<Vec<Entry>>> {
+        if let Some((_, b)) = self.blocks.iter().find(|(at, _)| *at == (id, i)) {
+            return Ok(b.clone());
+        }
+        let b = Arc::new(head.read_block(pager, id, i)?);
+        while self.blocks.len() >= keep.max(1) {
+            self.blocks.pop_front();
+        }
+        self.blocks.push_back(((id, i), b.clone()));
+        Ok(b)
+    }
+
+    /// Forget the blocks of a freed array.
+    pub(super) fn forget(&mut self, id: NodeId) {
+        self.blocks.retain(|((a, _), _)| *a != id);
+    }
+}
 
 /// The best candidate so far for one key: (version, seq, value).
 type Best = (Version, u64, Option<Vec<u8>>);
@@ -77,54 +117,171 @@ impl Sda {
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<()> {
         self.tree.check_live(v)?;
-        let ancestry: HashSet<Version> = self.tree.ancestry(v).into_iter().collect();
-        let mut best: BTreeMap<Vec<u8>, Option<Best>> = BTreeMap::new();
-        let mut take = |e: &Entry| {
-            if ancestry.contains(&e.version) && within(&e.key, lo, hi) {
-                consider(
-                    best.entry(e.key.clone()).or_default(),
-                    e.version,
-                    e.seq,
-                    &e.value,
-                );
-            }
-        };
-        for ((key, Reverse(version)), (seq, value)) in &self.buffer {
-            take(&Entry {
-                key: key.clone(),
-                version: *version,
-                seq: *seq,
-                value: value.clone(),
-            });
+        if empty_range(lo, hi) || limit == 0 {
+            return Ok(());
         }
+        let ancestry: HashSet<Version> = self.tree.ancestry(v).into_iter().collect();
+        let mut cursors = Vec::new();
         for id in self.serving(v) {
             let head = self.head(id)?;
-            let start = match lo {
-                Bound::Included(k) | Bound::Excluded(k) => head.block_for(k),
-                Bound::Unbounded => 0,
-            };
-            for i in start..head.blocks.len() {
-                let past = match hi {
-                    Bound::Included(k) => head.firsts.get(i) > k,
-                    Bound::Excluded(k) => head.firsts.get(i) >= k,
-                    Bound::Unbounded => false,
-                };
-                if past {
-                    break;
-                }
-                for e in head.read_block(&self.pager, id, i)? {
-                    take(&e);
-                }
+            if let Some(c) = Cursor::new(id, head, lo, hi, reverse) {
+                cursors.push(c);
             }
         }
-        let found = best
-            .into_iter()
-            .filter_map(|(k, b)| b.and_then(|(_, _, value)| value).map(|v| (k, v)));
-        if reverse {
-            out.extend(found.rev().take(limit));
+        // The buffer's entries within the bounds, in the scan's direction.
+        let key_bound = |b: Bound<&[u8]>, first: Version| match b {
+            Bound::Included(k) => Bound::Included((k.to_vec(), Reverse(first))),
+            Bound::Excluded(k) => Bound::Excluded((k.to_vec(), Reverse(Version::MAX - first))),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        // Disjoint borrows: the buffer is read while blocks are read and kept.
+        let (pager, recent) = (&self.pager, &mut self.recent);
+        let keep = 2 * self.levels.len();
+        // (k, Reverse(MAX)) is the first of key k, (k, Reverse(0)) its last.
+        let range = self
+            .buffer
+            .range((key_bound(lo, Version::MAX), key_bound(hi, 0)));
+        let mut buffered: Box<dyn Iterator<Item = _>> = if reverse {
+            Box::new(range.rev())
         } else {
-            out.extend(found.take(limit));
+            Box::new(range)
+        };
+        let mut pending = buffered.next();
+        let nearer = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
+        while out.len() < limit {
+            let mut key: Option<Vec<u8>> = pending.map(|((k, _), _)| k.clone());
+            for c in &mut cursors {
+                if let Some(e) = c.front(pager, recent, keep, &ancestry)? {
+                    if key.as_deref().is_none_or(|k| nearer(&e.key, k)) {
+                        key = Some(e.key.clone());
+                    }
+                }
+            }
+            let Some(key) = key else { break };
+            let mut best = None;
+            while let Some(((k, Reverse(x)), (seq, value))) = pending {
+                if *k != key {
+                    break;
+                }
+                if ancestry.contains(x) {
+                    consider(&mut best, *x, *seq, value);
+                }
+                pending = buffered.next();
+            }
+            for c in &mut cursors {
+                while c.buf.front().is_some_and(|e| e.key == key) {
+                    let e = c.buf.pop_front().expect("a front");
+                    consider(&mut best, e.version, e.seq, &e.value);
+                }
+            }
+            if let Some((_, _, Some(value))) = best {
+                out.push((key, value));
+            }
         }
         Ok(())
+    }
+}
+
+/// Whether no key lies within (`lo`, `hi`).
+fn empty_range(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
+    match (lo, hi) {
+        (Bound::Included(l), Bound::Included(h)) => l > h,
+        (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) => {
+            l >= h
+        }
+        _ => false,
+    }
+}
+
+/// One array's entries within a scan's bounds that its version can see, a block at a time
+/// in the scan's direction.
+struct Cursor {
+    id: NodeId,
+    head: Arc<Head>,
+    /// Blocks still to read: `next` first, towards `last` (inclusive), then none.
+    next: Option<usize>,
+    last: usize,
+    reverse: bool,
+    lo: Bound<Vec<u8>>,
+    hi: Bound<Vec<u8>>,
+    buf: VecDeque<Entry>,
+}
+
+impl Cursor {
+    /// None if no block of the array can hold a key of the bounds.
+    fn new(
+        id: NodeId,
+        head: Arc<Head>,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        reverse: bool,
+    ) -> Option<Cursor> {
+        let first = head.firsts.get(0);
+        let below = |k: &[u8]| k < first;
+        let outside = match hi {
+            Bound::Included(k) => below(k),
+            Bound::Excluded(k) => k <= first,
+            Bound::Unbounded => false,
+        } || match lo {
+            Bound::Included(k) => k > head.largest.as_slice(),
+            Bound::Excluded(k) => k >= head.largest.as_slice(),
+            Bound::Unbounded => false,
+        };
+        if outside {
+            return None;
+        }
+        let from = match lo {
+            Bound::Included(k) | Bound::Excluded(k) => head.block_for(k),
+            Bound::Unbounded => 0,
+        };
+        let to = match hi {
+            Bound::Included(k) | Bound::Excluded(k) => head.block_for(k),
+            Bound::Unbounded => head.blocks.len() - 1,
+        };
+        let (next, last) = if reverse { (to, from) } else { (from, to) };
+        Some(Cursor {
+            id,
+            head,
+            next: Some(next),
+            last,
+            reverse,
+            lo: lo.map(<[u8]>::to_vec),
+            hi: hi.map(<[u8]>::to_vec),
+            buf: VecDeque::new(),
+        })
+    }
+
+    /// The next entry visible at the scan's version (in `ancestry`), reading blocks as needed.
+    fn front(
+        &mut self,
+        pager: &Pager,
+        recent: &mut Recent,
+        keep: usize,
+        ancestry: &HashSet<Version>,
+    ) -> Result<Option<&Entry>> {
+        while self.buf.is_empty() {
+            let Some(i) = self.next else {
+                return Ok(None);
+            };
+            self.next = if i == self.last {
+                None
+            } else if self.reverse {
+                Some(i - 1)
+            } else {
+                Some(i + 1)
+            };
+            let (lo, hi) = (
+                self.lo.as_ref().map(Vec::as_slice),
+                self.hi.as_ref().map(Vec::as_slice),
+            );
+            let block = recent.block(pager, &self.head, self.id, i, keep)?;
+            let seen = |e: &&Entry| ancestry.contains(&e.version) && within(&e.key, lo, hi);
+            if self.reverse {
+                self.buf.extend(block.iter().rev().filter(seen).cloned());
+            } else {
+                self.buf.extend(block.iter().filter(seen).cloned());
+            }
+        }
+        Ok(self.buf.front())
     }
 }
