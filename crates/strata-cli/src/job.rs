@@ -462,7 +462,8 @@ fn comparison(
     }
     md.push_str("\n### Engines and settings\n\n");
     md.push_str(&format!(
-        "As run with the {} MiB cache; the data-fits run differs only in the cache.\n\n",
+        "As run with the {} MiB cache; the data-fits run differs only in the cache, the run at \
+         scale in the cache and the records.\n\n",
         mib(beyond.spec.cache_bytes)
     ));
     for r in &beyond.rows {

@@ -122,6 +122,8 @@ fn report_quick_writes_every_section() {
         "3000",
         "--versioned-inserts",
         "1200",
+        "--at-scale",
+        "3000",
     ]);
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
     let md = std::fs::read_to_string(out.join("index.md")).unwrap();
@@ -173,6 +175,16 @@ fn report_quick_writes_every_section() {
     for heading in ["### Data beyond the cache", "### Data within the cache"] {
         assert!(md.contains(heading), "Markdown lacks {heading}");
     }
+    // The setting at scale, asked for here (--quick leaves it out otherwise): its own record
+    // count at the seed's cache, on every engine quick enough above (all three at this size).
+    let at_scale = &rum["at_scale"];
+    assert_eq!(at_scale["spec"]["records"], 3000);
+    assert_eq!(at_scale["spec"]["cache_bytes"], 256u64 << 20);
+    assert_eq!(at_scale["rows"].as_array().unwrap().len(), 3);
+    assert!(
+        md.contains("### At scale: 3K records, 256 MiB cache"),
+        "Markdown lacks the setting at scale"
+    );
     // Every row's settings line states its flush.
     assert_eq!(md.matches("flush:").count(), 3, "{md}");
     assert!(
