@@ -80,7 +80,7 @@ pub const DEFAULT_CONFIG: Config = Config {
     l0_runs: 4,
     memtable_bytes: 8 << 20,
     table_bytes: 4 << 20,
-    block_bytes: 16 << 10,
+    block_bytes: 4 << 10,
     filter_bits: 10.0,
     monkey: true,
 };

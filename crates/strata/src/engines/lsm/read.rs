@@ -37,7 +37,8 @@ pub(super) fn load_block(
     }
     let raw = Arc::new(pin.read().read_block(store.pager(), pin.id(), i)?);
     pin.write().blocks[i].data = Some(raw.clone());
-    store.recharge(pin);
+    // Charge the one block, not a re-count of every block in the table (a miss's cost).
+    store.recharge_by(pin, 0, raw.len());
     Ok(raw)
 }
 
