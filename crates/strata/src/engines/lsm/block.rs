@@ -65,7 +65,10 @@ impl<'a> Cur<'a> {
     fn len(&mut self) -> Result<usize, String> {
         let n = self.varint()?;
         if n > (self.p.len() - self.at) as u64 {
-            return Err(format!("a length of {n} runs past the block at {}", self.at));
+            return Err(format!(
+                "a length of {n} runs past the block at {}",
+                self.at
+            ));
         }
         Ok(n as usize)
     }

@@ -120,7 +120,9 @@ impl Lsm {
                 // The pivot separates the blocks: above the last key before it (format 2 keeps
                 // the shortest such prefix), at most the block's first key (format 1: equal).
                 let pivot = t.pivots.get(i - 1);
-                if first.key.as_slice() < pivot || prev.as_ref().is_some_and(|p| p.key.as_slice() >= pivot) {
+                if first.key.as_slice() < pivot
+                    || prev.as_ref().is_some_and(|p| p.key.as_slice() >= pivot)
+                {
                     return Err(bad(format!("block {i} does not lie at its pivot")));
                 }
             }

@@ -31,7 +31,7 @@
 //! merge's work, on its thread), `compact` (flushes, and starting and installing merges), `read` (point and range queries, the cursors merges share), `check`
 //! and `salvage`.
 
-mod block;
+pub(crate) mod block;
 mod check;
 mod compact;
 mod config;

@@ -31,13 +31,13 @@ use std::sync::Arc;
 
 use xxhash_rust::xxh3::xxh3_64;
 
+use super::block;
 use crate::codec::{Reader, Writer};
 use crate::error::{Error, Result};
-use super::block;
 #[cfg(test)]
 use crate::kv::msg::EMPTY_SEGMENT;
 use crate::kv::msg::{lookup_encoded, Body, Msg, Segment};
-use crate::kv::{Filter, Keys};
+use crate::kv::{shortest_separator, Filter, Keys};
 use crate::storage::block::{kind, BLOCK_HEADER};
 use crate::storage::{Chunk, NodeId, Pager, Sealed, StoredNode};
 
@@ -374,12 +374,6 @@ impl Open {
     }
 }
 
-/// The shortest prefix of `next` above `prev` (`prev` < `next`).
-fn separator(prev: &[u8], next: &[u8]) -> Vec<u8> {
-    let same = prev.iter().zip(next).take_while(|(a, b)| a == b).count();
-    next[..(same + 1).min(next.len())].to_vec()
-}
-
 /// Builds a table from point messages in (key, seq) order, a key's messages at a time.
 pub struct Builder {
     block_bytes: usize,
@@ -459,7 +453,7 @@ impl Builder {
                 // The block's pivot: in format 2 the shortest prefix of its first key above the
                 // previous block's last key (as good for `block_for`, and a few bytes instead
                 // of a whole key in the resident head).
-                Some(prev) if self.kind == KIND_TABLE2 => separator(prev, &first.key),
+                Some(prev) if self.kind == KIND_TABLE2 => shortest_separator(prev, &first.key),
                 _ => first.key.clone(),
             };
         }
@@ -578,7 +572,11 @@ mod tests {
             pager.write_sealed(id, sealed).unwrap();
             let back = Table::load(&pager, id).unwrap();
             assert_eq!(back, t, "{name}");
-            assert!(back.blocks.len() > 20, "{name}: {} blocks", back.blocks.len());
+            assert!(
+                back.blocks.len() > 20,
+                "{name}: {} blocks",
+                back.blocks.len()
+            );
             assert_eq!(back.ranges, vec![range]);
             assert_eq!(back.largest, 2_000u32.to_be_bytes().to_vec());
             let mut seen = 0;
@@ -589,8 +587,8 @@ mod tests {
                     assert_eq!(back.block_for(&m.key), i);
                     assert!(back.filter.may_hold(&m.key));
                     assert_eq!(back.lookup(&raw, &m.key).unwrap(), vec![m.clone()]);
-                    let absent = (u32::from_be_bytes(m.key[..4].try_into().unwrap()) + 1)
-                        .to_be_bytes();
+                    let absent =
+                        (u32::from_be_bytes(m.key[..4].try_into().unwrap()) + 1).to_be_bytes();
                     assert!(back.lookup(&raw, &absent).unwrap().is_empty(), "{name}");
                     seen += 1;
                 }
