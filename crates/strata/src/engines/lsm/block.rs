@@ -132,7 +132,7 @@ impl Writer {
 
     pub fn add(&mut self, m: &Msg) {
         debug_assert!(self.count == 0 || self.last.as_slice() <= m.key.as_slice());
-        let shared = if self.count as usize % RESTART == 0 {
+        let shared = if (self.count as usize).is_multiple_of(RESTART) {
             self.restarts.push(self.buf.len() as u32);
             0
         } else {
@@ -230,7 +230,7 @@ pub fn decode(p: &[u8]) -> Result<Vec<Msg>, String> {
     let mut out: Vec<Msg> = Vec::with_capacity(t.count.min(t.end / 4));
     let mut key = Vec::new();
     for i in 0..t.count {
-        if i % RESTART == 0 {
+        if i.is_multiple_of(RESTART) {
             if c.at != t.restart(i / RESTART)? {
                 return Err(format!("message {i} is not at its restart offset"));
             }
