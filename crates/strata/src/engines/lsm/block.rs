@@ -121,6 +121,16 @@ pub struct Writer {
 }
 
 impl Writer {
+    /// A writer whose buffer holds `bytes` without growing: one allocation a block rather than
+    /// a doubling series (each large one makes glibc consolidate its fast bins).
+    pub fn with_capacity(bytes: usize) -> Writer {
+        Writer {
+            buf: Vec::with_capacity(bytes),
+            restarts: Vec::with_capacity(bytes / 1024),
+            ..Writer::default()
+        }
+    }
+
     /// Bytes the block would take if finished now.
     pub fn len(&self) -> usize {
         self.buf.len() + 4 * self.restarts.len() + EMPTY_BLOCK

@@ -331,11 +331,13 @@ enum Open {
 }
 
 impl Open {
-    fn new(kind: u8) -> Open {
+    /// A block of about `bytes`.
+    fn new(kind: u8, bytes: usize) -> Open {
         match kind {
             #[cfg(test)]
             KIND_TABLE => Open::One(vec![0u8; EMPTY_SEGMENT], 0),
-            _ => Open::Two(block::Writer::default()),
+            // A block closes once past `bytes`: room for a message or two more.
+            _ => Open::Two(block::Writer::with_capacity(bytes + bytes / 8)),
         }
     }
     fn len(&self) -> usize {
@@ -395,7 +397,7 @@ impl Builder {
             block_bytes,
             kind: KIND_TABLE2,
             done: Vec::new(),
-            cur: Open::new(KIND_TABLE2),
+            cur: Open::new(KIND_TABLE2, block_bytes),
             cur_first: Vec::new(),
             done_bytes: 0,
             keys: Vec::new(),
@@ -409,7 +411,7 @@ impl Builder {
     pub fn format1(block_bytes: usize) -> Builder {
         Builder {
             kind: KIND_TABLE,
-            cur: Open::new(KIND_TABLE),
+            cur: Open::new(KIND_TABLE, block_bytes),
             ..Builder::new(block_bytes)
         }
     }
@@ -433,7 +435,7 @@ impl Builder {
         if self.cur.count() == 0 {
             return;
         }
-        let open = std::mem::replace(&mut self.cur, Open::new(self.kind));
+        let open = std::mem::replace(&mut self.cur, Open::new(self.kind, self.block_bytes));
         let count = open.count();
         let bytes = open.finish();
         self.done_bytes += bytes.len();
@@ -481,7 +483,7 @@ impl Builder {
         if self.done.is_empty() {
             // Range deletes alone: one empty block keeps the format uniform.
             self.done
-                .push((Vec::new(), Open::new(self.kind).finish(), 0));
+                .push((Vec::new(), Open::new(self.kind, 0).finish(), 0));
         }
         let filter = Filter::build_with(self.keys.iter().map(|k| k.as_slice()), filter_bits);
         let mut lo: Option<&[u8]> = self.keys.first().map(|k| k.as_slice());
