@@ -219,3 +219,27 @@ fn write_amplification_against_the_model() {
     }
     assert!(bad.is_empty(), "{bad:?}");
 }
+
+/// The memtable and the buffer pool share one memory budget: the pool gives up what the
+/// memtable holds, and gets it back once the memtable is written out.
+#[test]
+fn the_pool_gets_what_the_memtable_leaves() {
+    let place = Place::sim();
+    let cache = 1 << 20;
+    let db = place
+        .open(opts(tiny(LsmPolicy::Leveled)).cache_bytes(cache))
+        .unwrap();
+    for i in 0..200 {
+        db.put(key(i), [7u8; 100]).unwrap();
+    }
+    let e = db.metrics().engine;
+    let mem = e.detail("memtable_bytes");
+    assert!(mem > 10_000, "{mem}");
+    assert_eq!(e.cache.budget_bytes, cache as u64 - mem);
+    db.checkpoint().unwrap();
+    db.put(key(0), b"x").unwrap();
+    let e = db.metrics().engine;
+    let mem = e.detail("memtable_bytes");
+    assert!(mem < 100, "{mem}");
+    assert_eq!(e.cache.budget_bytes, cache as u64 - mem);
+}

@@ -34,6 +34,7 @@ mod tests {
             super::betree::node::KIND_INTERNAL,
             super::betree::node::KIND_RUN,
             super::lsm::table::KIND_TABLE,
+            super::lsm::table::KIND_TABLE2,
             super::lsm::table::KIND_MANIFEST,
             super::sda::array::KIND_ARRAY,
             super::sda::array::KIND_MANIFEST,

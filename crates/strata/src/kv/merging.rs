@@ -68,10 +68,11 @@ pub fn resolve(
     mut read: impl FnMut(&Val) -> Result<Vec<u8>>,
 ) -> Result<Option<Vec<u8>>> {
     msgs.sort_unstable_by_key(|m| m.seq);
-    // Only what follows the newest covering range delete counts.
-    let cut = ranges.iter().copied().max().unwrap_or(0);
+    // Only what follows the newest covering range delete counts (an LSM-tree's bottom messages
+    // may have sequence 0, so no range delete must not cut at 0).
+    let cut = ranges.iter().copied().max();
     let mut value: Option<Vec<u8>> = None;
-    for m in msgs.iter().filter(|m| m.seq > cut) {
+    for m in msgs.iter().filter(|m| cut.is_none_or(|c| m.seq > c)) {
         value = match &m.body {
             Body::Put(Val::Inline(v)) => Some(v.clone()),
             Body::Put(v) => Some(read(v)?),
@@ -192,6 +193,10 @@ mod tests {
         assert_eq!(value(&[put(1, 10), up(3, 5)], &[2]), Some(5));
         assert_eq!(value(&[put(1, 10), del(2)], &[]), None);
         assert_eq!(value(&[put(4, 7)], &[2, 5]), None);
+        // Sequence 0 (an LSM-tree's bottom put) counts when no range delete covers it.
+        assert_eq!(value(&[put(0, 7)], &[]), Some(7));
+        assert_eq!(value(&[put(0, 7), up(3, 1)], &[]), Some(8));
+        assert_eq!(value(&[put(0, 7)], &[1]), None);
     }
 
     /// Whatever a merge keeps must read as the full history did, above any older data.

@@ -158,6 +158,13 @@ impl<N: StoredNode> NodeStore<N> {
         &self.pager
     }
 
+    /// Change the budget (an LSM-tree's pool gets what its memtable leaves of one memory
+    /// budget); the next `evict_to_budget` keeps to it.
+    pub fn set_budget(&mut self, budget: usize) {
+        self.budget = budget;
+        self.stats.budget_bytes = budget as u64;
+    }
+
     pub fn pager_mut(&mut self) -> &mut Pager {
         &mut self.pager
     }

@@ -6,7 +6,6 @@ use std::collections::HashSet;
 
 use super::*;
 use crate::engine::check_reachable;
-use crate::kv::msg::Segment;
 use crate::storage::block;
 
 impl Lsm {
@@ -92,10 +91,7 @@ impl Lsm {
         let whole = pager.read_part(id, 0, ext.len as usize)?;
         let (kind, head) = block::open(&whole, id, pager.file_name(), ext.offset)?;
         let bad = |what: String| self.corrupt(id, format!("table {id}: {what}"));
-        if kind != table::KIND_TABLE {
-            return Err(bad(format!("block kind {kind}, not a table")));
-        }
-        let t = Table::decode_head(head).map_err(bad)?;
+        let t = Table::decode_head(kind, head).map_err(bad)?;
         if (t.points, t.ranges.len() as u32, &t.smallest, &t.largest)
             != (info.points, info.ranges, &info.smallest, &info.largest)
             || ext.len != info.bytes
@@ -119,14 +115,18 @@ impl Lsm {
             let bytes = t
                 .slice(&whole, i)
                 .ok_or_else(|| bad(format!("block {i} lies outside the extent")))?;
-            let seg: Segment =
-                t.decode_block(pager.file_name(), pager.offset_of(id), id, i, bytes)?;
-            if let (Some(first), true) = (seg.points().first(), i > 0) {
-                if first.key.as_slice() != t.pivots.get(i - 1) {
-                    return Err(bad(format!("block {i} does not start at its pivot")));
+            let msgs = t.decode_block(pager.file_name(), pager.offset_of(id), id, i, bytes)?;
+            if let (Some(first), true) = (msgs.first(), i > 0) {
+                // The pivot separates the blocks: above the last key before it (format 2 keeps
+                // the shortest such prefix), at most the block's first key (format 1: equal).
+                let pivot = t.pivots.get(i - 1);
+                if first.key.as_slice() < pivot
+                    || prev.as_ref().is_some_and(|p| p.key.as_slice() >= pivot)
+                {
+                    return Err(bad(format!("block {i} does not lie at its pivot")));
                 }
             }
-            for (j, m) in seg.points().iter().enumerate() {
+            for (j, m) in msgs.iter().enumerate() {
                 let ordered = match &prev {
                     // A key's messages lie in one block.
                     Some(p) if j == 0 => p.key < m.key,

@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::format::Counters;
-use super::merge::{Output, Src, Work, Written};
+use super::merge::{zero_bottom_seq, Output, Src, Work, Written};
 use super::policy::{pick, stalled, Action, Job};
 use super::*;
 use crate::kv::merging::reduce;
@@ -71,7 +71,9 @@ impl Lsm {
             // Nothing lies below the first run: what the memtable settles is final.
             let kept;
             let msgs = if bottom {
-                kept = reduce(key, msgs.to_vec(), None, self.merge.as_deref(), true);
+                let mut k = reduce(key, msgs.to_vec(), None, self.merge.as_deref(), true);
+                zero_bottom_seq(&mut k);
+                kept = k;
                 &kept
             } else {
                 msgs

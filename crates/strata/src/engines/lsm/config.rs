@@ -72,15 +72,16 @@ pub struct Config {
     pub monkey: bool,
 }
 
-/// Leveled, T = 10, 4 level-0 runs, an 8 MiB memtable, 4 MiB tables of 16 KiB blocks, 10
-/// filter bits per key shared out by Monkey.
+/// Leveled, T = 10, 4 level-0 runs, an 8 MiB memtable, 4 MiB tables of 4 KiB blocks, 10
+/// filter bits per key shared out by Monkey. 4 KiB blocks because a point read that misses the
+/// pool copies, checksums and searches one whole block (docs/lsm.md has the measurement).
 pub const DEFAULT_CONFIG: Config = Config {
     policy: Policy::Leveled,
     size_ratio: 10,
     l0_runs: 4,
     memtable_bytes: 8 << 20,
     table_bytes: 4 << 20,
-    block_bytes: 16 << 10,
+    block_bytes: 4 << 10,
     filter_bits: 10.0,
     monkey: true,
 };

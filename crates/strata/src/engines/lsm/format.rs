@@ -17,7 +17,9 @@ use super::*;
 use crate::codec::{Reader, Writer};
 use crate::engine::{meta_reader, meta_writer};
 
-pub(super) const META_VERSION: u8 = 1;
+/// 2: tables may be of kind `KIND_TABLE2` (format-2 blocks), which version 1 cannot read.
+/// Version 1 metadata has the same fields and is still read.
+pub(super) const META_VERSION: u8 = 2;
 #[cfg(test)]
 const META_LEN: usize = 48;
 /// The least a table's manifest entry takes.
@@ -168,16 +170,24 @@ mod tests {
     /// (bump `META_VERSION` and keep reading the old one).
     #[test]
     fn metadata_golden_bytes() {
-        let meta = encode_meta(&Config::default(), 7, 1234);
+        // A fixed shape, not the default, so that a change of default is not a format change.
+        let cfg = Config {
+            block_bytes: 16 << 10,
+            ..Config::default()
+        };
+        let meta = encode_meta(&cfg, 7, 1234);
         assert_eq!(meta.len(), META_LEN);
         let hex: String = meta.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(
             hex,
-            "0301000a000000040000000000800000004000004000000000000000002440010700000000000000\
+            "0302000a000000040000000000800000004000004000000000000000002440010700000000000000\
              d204000000000000"
         );
-        let (cfg, manifest, seq) = decode_meta(&meta, "f").unwrap();
-        assert_eq!((cfg, manifest, seq), (Config::default(), 7, 1234));
+        let mut older = meta.clone();
+        older[1] = 1;
+        assert_eq!(decode_meta(&older, "f").unwrap(), (cfg, 7, 1234));
+        let (back, manifest, seq) = decode_meta(&meta, "f").unwrap();
+        assert_eq!((back, manifest, seq), (cfg, 7, 1234));
         let mut newer = meta.clone();
         newer[1] = META_VERSION + 1;
         assert!(matches!(

@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 
 use super::policy::TableInfo;
-use super::table::{self, Table, KIND_TABLE};
+use super::table::{self, Table};
 use super::*;
 use crate::kv::merging::{next_group, reduce, Cursor};
 use crate::storage::block;
@@ -25,6 +25,17 @@ pub(super) struct Written {
     pub info: TableInfo,
     pub table: Table,
     pub ext: Extent,
+}
+
+/// At the bottom of the data a key keeps at most one message, a put older than anything written
+/// later: its sequence number orders it against nothing, so it becomes 0, which takes one byte
+/// in a block (RocksDB zeroes its bottommost sequence numbers the same way).
+pub(super) fn zero_bottom_seq(kept: &mut [Msg]) {
+    if let [m] = kept {
+        if matches!(m.body, Body::Put(_)) {
+            m.seq = 0;
+        }
+    }
 }
 
 /// Tables being written for one new run.
@@ -188,7 +199,10 @@ impl Work {
                 .filter(|r| r.covers(&key))
                 .map(|r| r.seq)
                 .max();
-            let kept = reduce(&key, msgs, shadow, self.merge.as_deref(), self.bottom);
+            let mut kept = reduce(&key, msgs, shadow, self.merge.as_deref(), self.bottom);
+            if self.bottom {
+                zero_bottom_seq(&mut kept);
+            }
             if let Err(e) = out.add(&key, &kept) {
                 return Err(out.abandon(e));
             }
@@ -212,16 +226,13 @@ impl WholeCursor {
         self.dev.read_at(&mut whole, ext.offset)?;
         let (kind, head) = block::open(&whole, id, file, ext.offset)?;
         let bad = |what: String| Error::corruption(file, ext.offset, format!("table {id}: {what}"));
-        if kind != KIND_TABLE {
-            return Err(bad(format!("block kind {kind}, not a table")));
-        }
-        let t = Table::decode_head(head).map_err(bad)?;
+        let t = Table::decode_head(kind, head).map_err(bad)?;
         for i in 0..t.blocks.len() {
             let bytes = t
                 .slice(&whole, i)
                 .ok_or_else(|| bad(format!("block {i} lies outside its extent")))?;
-            let seg = t.decode_block(file, ext.offset, id, i, bytes)?;
-            self.buf.extend(seg.into_points());
+            self.buf
+                .extend(t.decode_block(file, ext.offset, id, i, bytes)?);
         }
         Ok(())
     }

@@ -31,6 +31,7 @@
 //! merge's work, on its thread), `compact` (flushes, and starting and installing merges), `read` (point and range queries, the cursors merges share), `check`
 //! and `salvage`.
 
+pub(crate) mod block;
 mod check;
 mod compact;
 mod config;
@@ -72,6 +73,8 @@ const MIN_POOL: usize = 256 << 10;
 
 pub struct Lsm {
     store: NodeStore<Table>,
+    /// The memory budget the memtable and the pool share.
+    cache_bytes: usize,
     merge: Option<Arc<dyn MergeOperator>>,
     cfg: Config,
     mem: Memtable,
@@ -95,9 +98,9 @@ pub struct Lsm {
 }
 
 impl Lsm {
-    /// The pool's share of `cache_bytes`: what the memtable leaves.
-    fn pool_budget(cfg: &Config, cache_bytes: usize) -> usize {
-        cache_bytes.saturating_sub(cfg.memtable_bytes).max(MIN_POOL)
+    /// The pool's share of `cache_bytes` when the memtable holds `mem` bytes: what it leaves.
+    fn pool_budget(cache_bytes: usize, mem: usize) -> usize {
+        cache_bytes.saturating_sub(mem).max(MIN_POOL)
     }
 
     pub fn create(
@@ -136,7 +139,10 @@ impl Lsm {
         merge: Option<Arc<dyn MergeOperator>>,
     ) -> Lsm {
         Lsm {
-            store: NodeStore::new(pager, Self::pool_budget(&cfg, cache_bytes)),
+            // An empty memtable leaves the pool all of the budget; `settle` shrinks it as the
+            // memtable fills.
+            store: NodeStore::new(pager, Self::pool_budget(cache_bytes, 0)),
+            cache_bytes,
             merge,
             cfg,
             mem: Memtable::default(),
@@ -308,6 +314,10 @@ impl Engine for Lsm {
             self.flush()?;
         }
         self.merge_in_background()?;
+        // The memtable and the pool share one budget: blocks fill what the memtable does not
+        // hold yet (after a flush, all of it), as RocksDB charges memtables to its block cache.
+        self.store
+            .set_budget(Self::pool_budget(self.cache_bytes, self.mem.bytes()));
         self.store.evict_to_budget()
     }
 

@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 
 use super::*;
 use crate::kv::merging::{next_group, resolve, Cursor};
-use crate::kv::msg::{lookup_encoded, Segment};
+
 use crate::kv::{above_lo, below_hi};
 use crate::storage::Pin;
 
@@ -37,12 +37,13 @@ pub(super) fn load_block(
     }
     let raw = Arc::new(pin.read().read_block(store.pager(), pin.id(), i)?);
     pin.write().blocks[i].data = Some(raw.clone());
-    store.recharge(pin);
+    // Charge the one block, not a re-count of every block in the table (a miss's cost).
+    store.recharge_by(pin, 0, raw.len());
     Ok(raw)
 }
 
 /// Block `i` of a pinned table, decoded (for scans, which take every message).
-fn load_segment(store: &mut NodeStore<Table>, pin: &Pin<Table>, i: usize) -> Result<Segment> {
+fn load_points(store: &mut NodeStore<Table>, pin: &Pin<Table>, i: usize) -> Result<Vec<Msg>> {
     let raw = load_block(store, pin, i)?;
     let pager = store.pager();
     pin.read().parse_block(
@@ -233,8 +234,8 @@ impl<'a> Cursor<Ctx<'a>> for RunCursor {
                 continue;
             };
             let pin = pin.clone();
-            match load_segment(ctx.store, &pin, i) {
-                Ok(seg) => self.take(seg.points()),
+            match load_points(ctx.store, &pin, i) {
+                Ok(points) => self.take(&points),
                 Err(e) => match ctx.lost.as_deref_mut() {
                     Some(lost) => {
                         let t = pin.read();
@@ -293,11 +294,13 @@ impl Lsm {
                 ranges.extend(covering);
                 if maybe {
                     let raw = load_block(&mut self.store, &pin, block)?;
-                    let found = lookup_encoded(&raw, key).map_err(|e| {
-                        let pager = self.store.pager();
-                        pin.read()
-                            .block_error(pager.file_name(), pager.offset_of(id), id, block, e)
-                    })?;
+                    let found = {
+                        let t = pin.read();
+                        t.lookup(&raw, key).map_err(|e| {
+                            let pager = self.store.pager();
+                            t.block_error(pager.file_name(), pager.offset_of(id), id, block, e)
+                        })?
+                    };
                     settled |= settles(&found);
                     msgs.extend(found);
                 }

@@ -28,9 +28,7 @@ impl Lsm {
                     .filter(|&id| id != manifest)
                     .filter_map(|id| {
                         let (kind, head) = pager.read_head(id).ok()?;
-                        let t = (kind == table::KIND_TABLE)
-                            .then(|| Table::decode_head(&head).ok())
-                            .flatten()?;
+                        let t = Table::decode_head(kind, &head).ok()?;
                         Some(vec![TableInfo {
                             id,
                             bytes: pager.extent(id).map_or(0, |e| e.len),
