@@ -1,9 +1,9 @@
 //! `strata report`, the main job: profile the disk, tune for the standard workload, run seed
 //! 001's IO experiment, seed 003's versioned dictionaries (SDA against CoW B-tree), seed 004's
-//! comparison on every engine this build has in two settings
-//! (the data beyond every engine's cache, the headline, and within it), and a short node-size
-//! sweep; write everything to `DIR/index.md`, a self-contained `DIR/index.html`, the figures as
-//! SVG and the raw results as JSON.
+//! comparison on every engine this build has in three settings (the data beyond every engine's
+//! cache, the headline; within it; and at scale, 10M records, on the engines quick enough for
+//! it), and a short node-size sweep; write everything to `DIR/index.md`, a self-contained
+//! `DIR/index.html`, the figures as SVG and the raw results as JSON.
 //!
 //! The profile measured here is handed to the engines' worker processes (`STRATA_PROFILE`), so
 //! the Bε-tree in the comparison has the geometry the tuner chose for this disk; the user's
@@ -26,7 +26,7 @@ use crate::Failure;
 
 /// Profile, tune, and run the experiments on every engine; write a report (Markdown and HTML)
 ///
-/// The default takes about 10 minutes here; --quick one to two. Scratch databases and the
+/// The default takes about 20 to 25 minutes here; --quick one to two. Scratch databases and the
 /// profile's scratch file go in --dir and are removed.
 #[derive(Args)]
 #[command(after_help = SIZE_HELP)]
