@@ -21,7 +21,6 @@
 //! the database: later calls fail with `Poisoned` until it is reopened, and reopening recovers
 //! from the checkpoint and the log.
 
-use std::collections::VecDeque;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -36,7 +35,7 @@ use crate::engines::cow;
 use crate::engines::lsm::{self, Lsm};
 use crate::engines::sda;
 use crate::error::{Error, Result};
-use crate::kv::WriteBatch;
+use crate::kv::{Paged, WriteBatch};
 use crate::metrics::Metrics;
 use crate::options::{Durability, EngineOptions, Options};
 use crate::storage::{Commit, Device, Env, EnvLock, FileEnv, FileKind, IoStats, Metered, Pager};
@@ -418,14 +417,12 @@ impl Db {
     /// Iterate over the keys in `range`, in order; `.rev()` iterates backwards.
     pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Result<RangeIter<'_>> {
         self.check_poison()?;
-        let own = |b: Bound<&K>| b.map(|k| k.as_ref().to_vec());
         Ok(RangeIter {
             db: self,
-            lo: own(range.start_bound()),
-            hi: own(range.end_bound()),
-            front: VecDeque::new(),
-            back: VecDeque::new(),
-            done: false,
+            paged: Paged::new(
+                range.start_bound().map(AsRef::as_ref),
+                range.end_bound().map(AsRef::as_ref),
+            ),
         })
     }
 
@@ -606,62 +603,14 @@ const RANGE_PAGE: usize = 256;
 /// An iterator over a key range, from either end. Not a snapshot: see the module comment.
 pub struct RangeIter<'a> {
     db: &'a Db,
-    lo: Bound<Vec<u8>>,
-    hi: Bound<Vec<u8>>,
-    front: VecDeque<(Vec<u8>, Vec<u8>)>,
-    back: VecDeque<(Vec<u8>, Vec<u8>)>,
-    done: bool,
+    paged: Paged,
 }
 
 impl RangeIter<'_> {
     fn step(&mut self, reverse: bool) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
-        if self.done {
-            return None;
-        }
-        let buf_empty = if reverse {
-            self.back.is_empty()
-        } else {
-            self.front.is_empty()
-        };
-        if buf_empty {
-            match self.db.scan_page(&self.lo, &self.hi, reverse) {
-                Ok(page) => {
-                    if reverse {
-                        self.back = page.into();
-                    } else {
-                        self.front = page.into();
-                    }
-                }
-                Err(e) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
-            }
-        }
-        let next = if reverse {
-            self.back.pop_front()
-        } else {
-            self.front.pop_front()
-        };
-        let Some((k, v)) = next else {
-            self.done = true;
-            return None;
-        };
-        // The other end may have moved past this key since the page was fetched.
-        let (lo, hi) = (
-            self.lo.as_ref().map(Vec::as_slice),
-            self.hi.as_ref().map(Vec::as_slice),
-        );
-        if !crate::kv::within(&k, lo, hi) {
-            self.done = true;
-            return None;
-        }
-        if reverse {
-            self.hi = Bound::Excluded(k.clone());
-        } else {
-            self.lo = Bound::Excluded(k.clone());
-        }
-        Some(Ok((k, v)))
+        let db = self.db;
+        self.paged
+            .step(reverse, |lo, hi, reverse| db.scan_page(lo, hi, reverse))
     }
 }
 

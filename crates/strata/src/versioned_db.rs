@@ -22,7 +22,6 @@
 //! memory ahead of or behind the log, so it poisons the database (as `Db` does): later calls
 //! fail until it is reopened.
 
-use std::collections::VecDeque;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -34,7 +33,7 @@ use crate::engine::{CheckReport, EngineStats};
 use crate::engines::cow::{self, CowTree};
 use crate::engines::sda::{self, Sda};
 use crate::error::{Error, Result};
-use crate::kv::{MAX_KEY_LEN, MAX_VALUE_LEN};
+use crate::kv::{Paged, MAX_KEY_LEN, MAX_VALUE_LEN};
 use crate::metrics::Metrics;
 use crate::model::Affine;
 use crate::options::Durability;
@@ -456,15 +455,13 @@ impl VersionedDb {
         range: R,
     ) -> Result<VersionedRange<'_>> {
         self.state()?.engine.versions().check_live(v)?;
-        let own = |b: Bound<&K>| b.map(|k| k.as_ref().to_vec());
         Ok(VersionedRange {
             db: self,
             version: v,
-            lo: own(range.start_bound()),
-            hi: own(range.end_bound()),
-            front: VecDeque::new(),
-            back: VecDeque::new(),
-            done: false,
+            paged: Paged::new(
+                range.start_bound().map(AsRef::as_ref),
+                range.end_bound().map(AsRef::as_ref),
+            ),
         })
     }
 
@@ -560,55 +557,15 @@ const RANGE_PAGE: usize = 256;
 pub struct VersionedRange<'a> {
     db: &'a VersionedDb,
     version: Version,
-    /// What is left to fetch: past what either end has returned.
-    lo: Bound<Vec<u8>>,
-    hi: Bound<Vec<u8>>,
-    front: VecDeque<(Vec<u8>, Vec<u8>)>,
-    back: VecDeque<(Vec<u8>, Vec<u8>)>,
-    done: bool,
+    paged: Paged,
 }
 
 impl VersionedRange<'_> {
     fn step(&mut self, reverse: bool) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
-        if self.done {
-            return None;
-        }
-        let buf = if reverse {
-            &mut self.back
-        } else {
-            &mut self.front
-        };
-        if buf.is_empty() {
-            match self
-                .db
-                .scan_page(self.version, &self.lo, &self.hi, reverse, RANGE_PAGE)
-            {
-                Ok(page) => *buf = page.into(),
-                Err(e) => {
-                    self.done = true;
-                    return Some(Err(e));
-                }
-            }
-        }
-        let Some((k, v)) = buf.pop_front() else {
-            self.done = true;
-            return None;
-        };
-        // The other end may have returned this key since the page was fetched.
-        let (lo, hi) = (
-            self.lo.as_ref().map(Vec::as_slice),
-            self.hi.as_ref().map(Vec::as_slice),
-        );
-        if !crate::kv::within(&k, lo, hi) {
-            self.done = true;
-            return None;
-        }
-        if reverse {
-            self.hi = Bound::Excluded(k.clone());
-        } else {
-            self.lo = Bound::Excluded(k.clone());
-        }
-        Some(Ok((k, v)))
+        let (db, v) = (self.db, self.version);
+        self.paged.step(reverse, |lo, hi, reverse| {
+            db.scan_page(v, lo, hi, reverse, RANGE_PAGE)
+        })
     }
 }
 

@@ -16,7 +16,7 @@ pub mod msg;
 pub mod ops;
 pub mod value;
 
-pub use bounds::{above_lo, below_hi, next_cursor, within};
+pub use bounds::{above_lo, below_hi, next_cursor, within, Paged};
 pub use filter::Filter;
 pub use keys::{head, shortest_separator, Keys};
 pub use merge::{merge_operator, AddU64, Append, MergeOperator};
