@@ -26,7 +26,7 @@ use crate::Failure;
 
 /// Profile, tune, and run the experiments on every engine; write a report (Markdown and HTML)
 ///
-/// The default takes about 20 to 25 minutes here; --quick one to two. Scratch databases and the
+/// The default takes about 15 minutes here; --quick one to two. Scratch databases and the
 /// profile's scratch file go in --dir and are removed.
 #[derive(Args)]
 #[command(after_help = SIZE_HELP)]
