@@ -79,7 +79,7 @@ const AT_SCALE_RECORDS: u64 = 10_000_000;
 
 /// The longest load the setting at scale lets an engine take, predicted from its write rate
 /// with the data beyond the cache at the smaller count: the B-trees, at a few thousand to a
-/// few tens of thousands of random inserts a second out of memory, would take most of an hour.
+/// few tens of thousands of random inserts a second out of memory, take minutes to hours.
 const AT_SCALE_MAX_LOAD_S: f64 = 180.0;
 
 struct Job {
