@@ -169,7 +169,7 @@ mod tests {
         assert_eq!(got, [2, 3, 4, 5, 6]);
         let mut p = Paged::new(Unbounded, Unbounded);
         let failed = p.step(false, |_, _, _| {
-            Err(crate::Error::InvalidOptions("test".into()))
+            Err(crate::error::Error::InvalidOptions("test".into()))
         });
         assert!(matches!(failed, Some(Err(_))));
         assert!(p
