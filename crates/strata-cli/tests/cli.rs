@@ -480,6 +480,7 @@ fn advise_recommends_an_engine_explains_and_verifies() {
         "--profile",
         p,
         "--verify",
+        "--all",
         "--scale",
         "4",
         "--dir",
@@ -498,11 +499,28 @@ fn advise_recommends_an_engine_explains_and_verifies() {
     let why = v["why"].as_str().unwrap();
     assert!(why.contains(names[0]) && why.contains(names[1]), "{why}");
     let verified = v["verified"].as_array().expect("verified");
-    assert_eq!(verified.len(), 2);
+    assert_eq!(verified.len(), 3, "--all verifies every engine");
     for r in verified {
         assert_eq!(u64_at(r, "/records"), 5000);
         assert!(f64_at(r, "/measured_ops_per_s") > 0.0, "{r}");
         assert!(f64_at(r, "/measured_write_amp") >= 1.0, "{r}");
+        // The copy runs each engine at a geometry for the copy's cache: a Bε-tree node fits
+        // it four times over (the tuner's rule), whatever the full cache allowed.
+        let settings = r["settings"].as_str().unwrap();
+        if let Some(rest) = settings.strip_prefix("Bε-tree, ") {
+            let mut words = rest.split(' ');
+            let n: u64 = words.next().unwrap().parse().unwrap();
+            let node = match words.next().unwrap() {
+                "KiB" => n << 10,
+                "MiB" => n << 20,
+                unit => panic!("{unit} in {settings}"),
+            };
+            let cache = u64_at(r, "/cache_bytes");
+            assert!(
+                node * 4 <= cache || node <= 64 << 10,
+                "{settings} for {cache}"
+            );
+        }
     }
     let err = fails(&["advise", "--keys", "10", "--read-fraction", "1.5"], 1);
     assert!(err.contains("--read-fraction"), "{err}");
