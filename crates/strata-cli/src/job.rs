@@ -384,7 +384,7 @@ fn comparison(
         .unwrap_or(if job.quick { 0 } else { AT_SCALE_RECORDS })
     {
         0 => None,
-        n => Some(at_scale(job, n, &beyond, profile)?),
+        n => Some(run_at_scale(job, n, &beyond, profile)?),
     };
     job.write(
         "rum.json",
@@ -503,7 +503,7 @@ fn cap_warm_reads(spec: &mut Spec) {
 /// The comparison's third setting: `records` at the seed's 256 MiB cache, the warm reads as
 /// beyond the cache, on the engines `beyond` shows can load them in reasonable time. Returns
 /// the outcome and, for each engine left out, why.
-fn at_scale(
+fn run_at_scale(
     job: &mut Job,
     records: u64,
     beyond: &RumOutcome,
