@@ -58,8 +58,12 @@ pub struct VersionedArgs {
     #[arg(long, value_name = "N")]
     inserts: Option<u64>,
     /// Puts between new versions
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with = "versions")]
     clone_every: Option<u64>,
+    /// Versions to make over the run: a new version every inserts / N puts (seed 003's
+    /// ranges are measured "with 1,000 versions")
+    #[arg(long, value_name = "N")]
+    versions: Option<u64>,
     /// Memory of each engine (the CoW B-tree's pool; half of it the SDA's write buffer)
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     cache: Option<u64>,
@@ -103,6 +107,12 @@ fn versioned_config(a: &VersionedArgs, dir: Option<PathBuf>) -> Result<versioned
     };
     set(&mut cfg.inserts, a.inserts);
     set(&mut cfg.clone_every, a.clone_every);
+    if let Some(n) = a.versions {
+        if n == 0 {
+            return Err(Failure::Invalid("--versions must be positive".into()));
+        }
+        cfg.clone_every = (cfg.inserts / n).max(1);
+    }
     set(&mut cfg.cache_bytes, a.cache);
     set(&mut cfg.block_bytes, a.block);
     set(&mut cfg.points, a.points);

@@ -204,6 +204,41 @@ impl Head {
         })
     }
 
+    /// Blocks `first..=last`, read from the device with one IO (an array's blocks follow one
+    /// another in its extent), each checked against its own checksum and decoded.
+    pub fn read_blocks(
+        &self,
+        pager: &Pager,
+        id: NodeId,
+        first: usize,
+        last: usize,
+    ) -> Result<Vec<Vec<Entry>>> {
+        if first == last {
+            return Ok(vec![self.read_block(pager, id, first)?]);
+        }
+        let start = self.blocks[first].part.at(self.head_len);
+        let end = self.blocks[last].part.at(self.head_len) + self.blocks[last].part.len as u64;
+        let run = pager.read_part(id, start, (end - start) as usize)?;
+        let mut out = Vec::with_capacity(last + 1 - first);
+        for i in first..=last {
+            let part = &self.blocks[i].part;
+            let at = (part.at(self.head_len) - start) as usize;
+            let bad = |what: String| {
+                Error::corruption(
+                    pager.file_name(),
+                    pager.offset_of(id) + part.at(self.head_len),
+                    format!("SDA array {id}: block {i}: {what}"),
+                )
+            };
+            let bytes = &run[at..at + part.len as usize];
+            if !part.matches(bytes) {
+                return Err(bad("checksum mismatch".into()));
+            }
+            out.push(self.decode_block(i, bytes).map_err(bad)?);
+        }
+        Ok(out)
+    }
+
     /// Block `i` from its verified bytes.
     pub fn decode_block(&self, i: usize, bytes: &[u8]) -> std::result::Result<Vec<Entry>, String> {
         let mut r = Reader::new(bytes);

@@ -49,6 +49,9 @@ impl Sda {
 
     /// Merge intersecting arrays, lowest level first, until the levels are stratified.
     pub(super) fn merge_due(&mut self) -> Result<()> {
+        if !self.unsettled {
+            return Ok(());
+        }
         while let Some((level, i, j)) = policy::next_merge(&self.levels) {
             let b = self.levels[level].remove(j);
             let a = self.levels[level].remove(i);
@@ -83,6 +86,7 @@ impl Sda {
             self.free_array(a.id);
         }
         debug_assert!(policy::stratified(&self.levels), "levels not stratified");
+        self.unsettled = false;
         Ok(())
     }
 
@@ -130,6 +134,7 @@ impl Sda {
     /// Write the entries live at some version of `w_set` as dense pieces, placed at `level` or
     /// above.
     fn write_pieces(&mut self, entries: &[Entry], w_set: &[Version], level: usize) -> Result<()> {
+        self.unsettled = true;
         let live = policy::live_sets(entries, w_set, &self.tree);
         let kept: BTreeSet<usize> = live.iter().flat_map(|(_, l)| l.iter().copied()).collect();
         let pieces = if self.cfg.density_amplification {

@@ -78,6 +78,11 @@ pub struct Sda {
     manifest: NodeId,
     next_seq: u64,
     counters: Counters,
+    /// Whether a merge or a reclaim may be due: set by whatever adds an array or removes a
+    /// version from a W (a clone adds a version only beside one already there, so it makes
+    /// no two arrays of a level meet), cleared once `merge_due` finds nothing left. Spares
+    /// `settle`, called after every write, a look at every level's sets.
+    unsettled: bool,
 }
 
 /// What a buffered entry costs against `buffer_bytes`.
@@ -132,6 +137,7 @@ impl Sda {
             manifest,
             next_seq,
             counters,
+            unsettled: true,
         }
     }
 
@@ -227,6 +233,7 @@ impl VersionedEngine for Sda {
 
     fn delete_version(&mut self, v: Version) -> Result<()> {
         let removed = self.tree.delete(v)?;
+        self.unsettled = true;
         let mut freed = Vec::new();
         for level in &mut self.levels {
             for a in level.iter_mut() {
@@ -499,6 +506,63 @@ mod tests {
     /// A version delete schedules the rewrite of an array it left holding entries no live
     /// version reaches: a leaf's writes merged with those its parent and sibling read go
     /// without any further write, and the space referenced falls by their share.
+    /// A range scan reads an array's blocks in runs, one IO each, growing 2, 4, 8 blocks
+    /// (`read::MAX_RUN_BLOCKS`), both ways; a scan paged 256 entries at a time, each page
+    /// starting after the last one's key, resumes inside the kept run and keeps growing, so
+    /// it reads no more than the scan in one go.
+    #[test]
+    fn range_scans_read_blocks_in_growing_runs() {
+        let disk = SimDisk::new(Default::default(), 0.0);
+        let cfg = Config {
+            buffer_bytes: 64 << 10,
+            level0_entries: 64,
+            block_bytes: 256,
+            ..Config::tiny()
+        };
+        let pager = Pager::create(Arc::new(SimDevice::new("data", disk.clone())));
+        let mut t = Sda::create(pager, cfg).unwrap();
+        for k in 0..2000u32 {
+            t.put_at(ROOT, &k.to_be_bytes(), &[k as u8; 20]).unwrap();
+        }
+        t.compact().unwrap();
+        assert_eq!(t.arrays().count(), 1);
+        let id = t.arrays().next().unwrap().id;
+        let blocks = t.head(id).unwrap().blocks.len();
+        assert!(blocks > 300, "{blocks} blocks");
+        // Runs of 2, 4, then 8 blocks.
+        let runs = 2 + (blocks - 6).div_ceil(read::MAX_RUN_BLOCKS);
+        let want: Vec<(Vec<u8>, Vec<u8>)> = (0..2000u32)
+            .map(|k| (k.to_be_bytes().to_vec(), vec![k as u8; 20]))
+            .collect();
+        for reverse in [false, true] {
+            t.recent = read::Recent::default();
+            let ios = disk.ios();
+            let mut got = Vec::new();
+            t.scan_at(ROOT, Unbounded, Unbounded, reverse, usize::MAX, &mut got)
+                .unwrap();
+            if reverse {
+                got.reverse();
+            }
+            assert_eq!(got, want);
+            assert_eq!((disk.ios() - ios) as usize, runs, "reverse {reverse}");
+        }
+        t.recent = read::Recent::default();
+        let ios = disk.ios();
+        let mut got: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        loop {
+            let lo = got.last().map_or(Unbounded, |(k, _)| Excluded(k.clone()));
+            let mut page = Vec::new();
+            t.scan_at(ROOT, lo.as_ref().map(Vec::as_slice), Unbounded, false, 256, &mut page)
+                .unwrap();
+            if page.is_empty() {
+                break;
+            }
+            got.extend(page);
+        }
+        assert_eq!(got, want);
+        assert_eq!((disk.ios() - ios) as usize, runs, "paged");
+    }
+
     #[test]
     fn a_version_delete_reclaims_what_no_live_version_reaches() {
         let cfg = Config {

@@ -25,7 +25,7 @@
 //!   stratification is too. Each rewrite frees at least `RECLAIM` of what it writes, so a
 //!   deleted entry costs at most 1 / `RECLAIM` entries rewritten.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::array::Entry;
 use crate::engine::versions::{Version, VersionTree};
@@ -123,14 +123,34 @@ pub fn level_for(entries: u64, base: u32) -> usize {
     }
 }
 
-/// The lowest level holding two arrays whose version sets intersect, and their indices.
+/// The lowest level holding two arrays whose version sets intersect, and their indices: the
+/// first array (i) that meets a later one, with the first such later one (j). One pass over
+/// the level's version sets (a level may hold hundreds of arrays when there are hundreds of
+/// leaves, so comparing every pair is too slow).
 pub fn next_merge(levels: &[Vec<ArrayInfo>]) -> Option<(usize, usize, usize)> {
     for (l, arrays) in levels.iter().enumerate() {
-        for i in 0..arrays.len() {
-            for j in i + 1..arrays.len() {
-                if arrays[i].meets(&arrays[j]) {
-                    return Some((l, i, j));
-                }
+        // For each version, the arrays holding it, ascending.
+        let mut holders: HashMap<Version, Vec<usize>> = HashMap::new();
+        for (i, a) in arrays.iter().enumerate() {
+            for &v in &a.versions {
+                holders.entry(v).or_default().push(i);
+            }
+        }
+        if holders.values().all(|h| h.len() < 2) {
+            continue;
+        }
+        for (i, a) in arrays.iter().enumerate() {
+            let j = a
+                .versions
+                .iter()
+                .filter_map(|v| {
+                    let h = &holders[v];
+                    h.get(h.partition_point(|&x| x <= i)).copied()
+                })
+                .min();
+            if let Some(j) = j {
+                debug_assert!(arrays[i].meets(&arrays[j]));
+                return Some((l, i, j));
             }
         }
     }
@@ -327,6 +347,50 @@ mod tests {
         assert_eq!(next_merge(&levels), Some((1, 0, 1)));
         assert!(!stratified(&levels));
         assert!(stratified(&levels[..1]));
+    }
+
+    /// `next_merge` finds what comparing every pair finds: the lowest level with two arrays
+    /// that meet, the first array meeting a later one, and the first later one it meets.
+    #[test]
+    fn next_merge_is_the_first_meeting_pair_of_the_lowest_level() {
+        let brute = |levels: &[Vec<ArrayInfo>]| {
+            for (l, arrays) in levels.iter().enumerate() {
+                for i in 0..arrays.len() {
+                    for j in i + 1..arrays.len() {
+                        if arrays[i].meets(&arrays[j]) {
+                            return Some((l, i, j));
+                        }
+                    }
+                }
+            }
+            None
+        };
+        let mut x = 7u64;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut found = 0;
+        for _ in 0..500 {
+            let levels: Vec<Vec<ArrayInfo>> = (0..1 + next(3))
+                .map(|_| {
+                    (0..next(8))
+                        .map(|id| {
+                            let mut w: Vec<Version> = (0..1 + next(3)).map(|_| next(40)).collect();
+                            w.sort_unstable();
+                            w.dedup();
+                            info(id, &w)
+                        })
+                        .collect()
+                })
+                .collect();
+            let want = brute(&levels);
+            found += want.is_some() as u32;
+            assert_eq!(next_merge(&levels), want, "{levels:?}");
+        }
+        assert!(found > 100, "{found} of 500 had a merge");
     }
 
     /// Entries of versions above no version of W are unreachable; an array is reclaimed once

@@ -19,39 +19,79 @@ use super::array::Entry;
 use super::*;
 use crate::kv::within;
 
-/// A block of an array: (array, block index).
-type BlockAt = (NodeId, usize);
+/// The most blocks one IO of a range scan reads (its runs grow 2, 4, 8).
+pub(super) const MAX_RUN_BLOCKS: usize = 8;
 
-/// The blocks read last by range scans, newest at the back.
+/// Blocks `first..first + blocks.len()` of one array, read with one IO.
+struct Run {
+    id: NodeId,
+    first: usize,
+    blocks: Vec<Arc<Vec<Entry>>>,
+}
+
+impl Run {
+    fn last(&self) -> usize {
+        self.first + self.blocks.len() - 1
+    }
+}
+
+/// The runs of blocks read last by range scans, newest at the back.
 #[derive(Default)]
 pub(super) struct Recent {
-    blocks: VecDeque<(BlockAt, Arc<Vec<Entry>>)>,
+    runs: VecDeque<Run>,
 }
 
 impl Recent {
-    /// Block `i` of array `id`, from here or read (and kept, within `keep` blocks).
+    /// Block `i` of array `id`, from here or read (and kept, within `keep` runs). A read
+    /// takes a run of blocks from `i` towards `bound` (inclusive; below `i` when `reverse`):
+    /// twice as many as the array's run it follows (the one ending just before `i` in the
+    /// scan's direction, as the next page of a scan finds it), up to `MAX_RUN_BLOCKS`, or 2.
+    #[allow(clippy::too_many_arguments)]
     fn block(
         &mut self,
         pager: &Pager,
         head: &Head,
         id: NodeId,
         i: usize,
+        bound: usize,
+        reverse: bool,
         keep: usize,
     ) -> Result<Arc<Vec<Entry>>> {
-        if let Some((_, b)) = self.blocks.iter().find(|(at, _)| *at == (id, i)) {
-            return Ok(b.clone());
+        if let Some(r) = self
+            .runs
+            .iter()
+            .find(|r| r.id == id && (r.first..=r.last()).contains(&i))
+        {
+            return Ok(r.blocks[i - r.first].clone());
         }
-        let b = Arc::new(head.read_block(pager, id, i)?);
-        while self.blocks.len() >= keep.max(1) {
-            self.blocks.pop_front();
+        let follows = self.runs.iter().rev().find(|r| {
+            r.id == id && if reverse { r.first == i + 1 } else { r.last() + 1 == i }
+        });
+        let n = follows.map_or(2, |r| (2 * r.blocks.len()).min(MAX_RUN_BLOCKS));
+        let (first, last) = if reverse {
+            (i.saturating_sub(n - 1).max(bound), i)
+        } else {
+            (i, (i + n - 1).min(bound))
+        };
+        let blocks: Vec<Arc<Vec<Entry>>> = head
+            .read_blocks(pager, id, first, last)?
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let b = blocks[i - first].clone();
+        // The array's earlier runs are behind the scan: one run per array is kept, so a
+        // scan's cursors (one per level) do not evict each other's.
+        self.runs.retain(|r| r.id != id);
+        while self.runs.len() >= keep.max(1) {
+            self.runs.pop_front();
         }
-        self.blocks.push_back(((id, i), b.clone()));
+        self.runs.push_back(Run { id, first, blocks });
         Ok(b)
     }
 
     /// Forget the blocks of a freed array.
     pub(super) fn forget(&mut self, id: NodeId) {
-        self.blocks.retain(|((a, _), _)| *a != id);
+        self.runs.retain(|r| r.id != id);
     }
 }
 
@@ -136,7 +176,8 @@ impl Sda {
         };
         // Disjoint borrows: the buffer is read while blocks are read and kept.
         let (pager, recent) = (&self.pager, &mut self.recent);
-        let keep = 2 * self.levels.len();
+        // A scan at v reads at most one array per level.
+        let keep = self.levels.len() + 1;
         // (k, Reverse(MAX)) is the first of key k, (k, Reverse(0)) its last.
         let range = self
             .buffer
@@ -274,7 +315,15 @@ impl Cursor {
                 self.lo.as_ref().map(Vec::as_slice),
                 self.hi.as_ref().map(Vec::as_slice),
             );
-            let block = recent.block(pager, &self.head, self.id, i, keep)?;
+            let block = recent.block(
+                pager,
+                &self.head,
+                self.id,
+                i,
+                self.last,
+                self.reverse,
+                keep,
+            )?;
             let seen = |e: &&Entry| ancestry.contains(&e.version) && within(&e.key, lo, hi);
             if self.reverse {
                 self.buf.extend(block.iter().rev().filter(seen).cloned());
