@@ -51,7 +51,8 @@ pub struct Seed001Args {
 #[command(after_help = SIZE_HELP)]
 pub struct VersionedArgs {
     /// The small setting of `strata report --quick` (40K puts, 512 KiB of memory, 4 KiB
-    /// blocks) instead of the long one (800K puts, 8 MiB, 16 KiB blocks, a version every 100K)
+    /// blocks, 100 versions) instead of the long one (800K puts, 8 MiB, 16 KiB blocks, 1,000
+    /// versions)
     #[arg(long)]
     quick: bool,
     /// Puts in all

@@ -59,7 +59,7 @@ pub struct ReportArgs {
     #[arg(long, value_name = "N")]
     sweep_records: Option<u64>,
     /// Puts in seed 003's versioned experiment (default 120K, or 40K with --quick), a new
-    /// version every tenth of them
+    /// version every hundredth of them
     #[arg(long, value_name = "N")]
     versioned_inserts: Option<u64>,
     /// Records of the comparison's third setting, the data several times a 256 MiB cache
@@ -275,7 +275,7 @@ fn versioned_section(a: &ReportArgs, job: &mut Job) -> Result<Section, Failure> 
     };
     if let Some(n) = a.versioned_inserts {
         cfg.inserts = n;
-        cfg.clone_every = (n / 10).max(1);
+        cfg.clone_every = (n / 100).max(1);
         cfg.points = cfg.points.min(n);
     }
     job.say(&format!(

@@ -204,39 +204,41 @@ impl Head {
         })
     }
 
-    /// Blocks `first..=last`, read from the device with one IO (an array's blocks follow one
-    /// another in its extent), each checked against its own checksum and decoded.
-    pub fn read_blocks(
+    /// The bytes of blocks `first..=last`, read from the device with one IO (an array's
+    /// blocks follow one another in its extent), unchecked: `run_block` checks and decodes
+    /// each block of it when it is wanted.
+    pub fn read_run(&self, pager: &Pager, id: NodeId, first: usize, last: usize) -> Result<Vec<u8>> {
+        let start = self.blocks[first].part.at(self.head_len);
+        let end = self.blocks[last].part.at(self.head_len) + self.blocks[last].part.len as u64;
+        pager.read_part(id, start, (end - start) as usize)
+    }
+
+    /// Block `i` of a run read by `read_run` from block `first`, checked against its checksum
+    /// and decoded.
+    pub fn run_block(
         &self,
         pager: &Pager,
         id: NodeId,
+        run: &[u8],
         first: usize,
-        last: usize,
-    ) -> Result<Vec<Vec<Entry>>> {
-        if first == last {
-            return Ok(vec![self.read_block(pager, id, first)?]);
+        i: usize,
+    ) -> Result<Vec<Entry>> {
+        let part = &self.blocks[i].part;
+        let at = (part.at(self.head_len) - self.blocks[first].part.at(self.head_len)) as usize;
+        let bad = |what: String| {
+            Error::corruption(
+                pager.file_name(),
+                pager.offset_of(id) + part.at(self.head_len),
+                format!("SDA array {id}: block {i}: {what}"),
+            )
+        };
+        let bytes = run
+            .get(at..at + part.len as usize)
+            .ok_or_else(|| bad("past the run read".into()))?;
+        if !part.matches(bytes) {
+            return Err(bad("checksum mismatch".into()));
         }
-        let start = self.blocks[first].part.at(self.head_len);
-        let end = self.blocks[last].part.at(self.head_len) + self.blocks[last].part.len as u64;
-        let run = pager.read_part(id, start, (end - start) as usize)?;
-        let mut out = Vec::with_capacity(last + 1 - first);
-        for i in first..=last {
-            let part = &self.blocks[i].part;
-            let at = (part.at(self.head_len) - start) as usize;
-            let bad = |what: String| {
-                Error::corruption(
-                    pager.file_name(),
-                    pager.offset_of(id) + part.at(self.head_len),
-                    format!("SDA array {id}: block {i}: {what}"),
-                )
-            };
-            let bytes = &run[at..at + part.len as usize];
-            if !part.matches(bytes) {
-                return Err(bad("checksum mismatch".into()));
-            }
-            out.push(self.decode_block(i, bytes).map_err(bad)?);
-        }
-        Ok(out)
+        self.decode_block(i, bytes).map_err(bad)
     }
 
     /// Block `i` from its verified bytes.

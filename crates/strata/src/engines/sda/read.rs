@@ -22,11 +22,13 @@ use crate::kv::within;
 /// The most blocks one IO of a range scan reads (its runs grow 2, 4, 8).
 pub(super) const MAX_RUN_BLOCKS: usize = 8;
 
-/// Blocks `first..first + blocks.len()` of one array, read with one IO.
+/// Blocks `first..first + blocks.len()` of one array, read with one IO; each is checked and
+/// decoded when a cursor first reaches it (a run's last blocks may never be).
 struct Run {
     id: NodeId,
     first: usize,
-    blocks: Vec<Arc<Vec<Entry>>>,
+    bytes: Vec<u8>,
+    blocks: Vec<Option<Arc<Vec<Entry>>>>,
 }
 
 impl Run {
@@ -57,35 +59,44 @@ impl Recent {
         reverse: bool,
         keep: usize,
     ) -> Result<Arc<Vec<Entry>>> {
-        if let Some(r) = self
+        let at = match self
             .runs
             .iter()
-            .find(|r| r.id == id && (r.first..=r.last()).contains(&i))
+            .position(|r| r.id == id && (r.first..=r.last()).contains(&i))
         {
-            return Ok(r.blocks[i - r.first].clone());
-        }
-        let follows = self.runs.iter().rev().find(|r| {
-            r.id == id && if reverse { r.first == i + 1 } else { r.last() + 1 == i }
-        });
-        let n = follows.map_or(2, |r| (2 * r.blocks.len()).min(MAX_RUN_BLOCKS));
-        let (first, last) = if reverse {
-            (i.saturating_sub(n - 1).max(bound), i)
-        } else {
-            (i, (i + n - 1).min(bound))
+            Some(at) => at,
+            None => {
+                let follows = self.runs.iter().find(|r| {
+                    r.id == id && if reverse { r.first == i + 1 } else { r.last() + 1 == i }
+                });
+                let n = follows.map_or(2, |r| (2 * r.blocks.len()).min(MAX_RUN_BLOCKS));
+                let (first, last) = if reverse {
+                    (i.saturating_sub(n - 1).max(bound), i)
+                } else {
+                    (i, (i + n - 1).min(bound))
+                };
+                let bytes = head.read_run(pager, id, first, last)?;
+                // The array's earlier runs are behind the scan: one run per array is kept,
+                // so a scan's cursors (one per level) do not evict each other's.
+                self.runs.retain(|r| r.id != id);
+                while self.runs.len() >= keep.max(1) {
+                    self.runs.pop_front();
+                }
+                self.runs.push_back(Run {
+                    id,
+                    first,
+                    bytes,
+                    blocks: vec![None; last + 1 - first],
+                });
+                self.runs.len() - 1
+            }
         };
-        let blocks: Vec<Arc<Vec<Entry>>> = head
-            .read_blocks(pager, id, first, last)?
-            .into_iter()
-            .map(Arc::new)
-            .collect();
-        let b = blocks[i - first].clone();
-        // The array's earlier runs are behind the scan: one run per array is kept, so a
-        // scan's cursors (one per level) do not evict each other's.
-        self.runs.retain(|r| r.id != id);
-        while self.runs.len() >= keep.max(1) {
-            self.runs.pop_front();
+        let r = &mut self.runs[at];
+        if let Some(b) = &r.blocks[i - r.first] {
+            return Ok(b.clone());
         }
-        self.runs.push_back(Run { id, first, blocks });
+        let b = Arc::new(head.run_block(pager, id, &r.bytes, r.first, i)?);
+        r.blocks[i - r.first] = Some(b.clone());
         Ok(b)
     }
 
@@ -182,11 +193,15 @@ impl Sda {
         let range = self
             .buffer
             .range((key_bound(lo, Version::MAX), key_bound(hi, 0)));
-        let mut buffered: Box<dyn Iterator<Item = _>> = if reverse {
+        let buffered: Box<dyn Iterator<Item = _>> = if reverse {
             Box::new(range.rev())
         } else {
             Box::new(range)
         };
+        // Only the entries v sees: the buffer holds every leaf's writes, and with hundreds of
+        // leaves most of a key interval's are other branches' (each would cost a round of the
+        // merge for nothing).
+        let mut buffered = buffered.filter(|((_, Reverse(x)), _)| ancestry.contains(x));
         let mut pending = buffered.next();
         let nearer = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
         while out.len() < limit {
@@ -204,15 +219,15 @@ impl Sda {
                 if *k != key {
                     break;
                 }
-                if ancestry.contains(x) {
-                    consider(&mut best, *x, *seq, value);
-                }
+                consider(&mut best, *x, *seq, value);
                 pending = buffered.next();
             }
             for c in &mut cursors {
-                while c.buf.front().is_some_and(|e| e.key == key) {
-                    let e = c.buf.pop_front().expect("a front");
+                // A key's entries share a block: no read is needed to pass them.
+                while c.seen_in_block(&ancestry) && c.current().key == key {
+                    let e = c.current();
                     consider(&mut best, e.version, e.seq, &e.value);
+                    c.step();
                 }
             }
             if let Some((_, _, Some(value))) = best {
@@ -235,7 +250,8 @@ fn empty_range(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
 }
 
 /// One array's entries within a scan's bounds that its version can see, a block at a time
-/// in the scan's direction.
+/// in the scan's direction: the block being walked (shared with `Recent`, not copied) and the
+/// place in it.
 struct Cursor {
     id: NodeId,
     head: Arc<Head>,
@@ -245,7 +261,9 @@ struct Cursor {
     reverse: bool,
     lo: Bound<Vec<u8>>,
     hi: Bound<Vec<u8>>,
-    buf: VecDeque<Entry>,
+    block: Arc<Vec<Entry>>,
+    /// Entries of `block` not yet passed: forward, `at..`; in reverse, `..at`.
+    at: usize,
 }
 
 impl Cursor {
@@ -288,8 +306,47 @@ impl Cursor {
             reverse,
             lo: lo.map(<[u8]>::to_vec),
             hi: hi.map(<[u8]>::to_vec),
-            buf: VecDeque::new(),
+            block: Arc::new(Vec::new()),
+            at: 0,
         })
+    }
+
+    /// The entry at the cursor's place (after `seen_in_block` said there is one).
+    fn current(&self) -> &Entry {
+        &self.block[if self.reverse { self.at - 1 } else { self.at }]
+    }
+
+    /// Pass the entry at the cursor's place.
+    fn step(&mut self) {
+        if self.reverse {
+            self.at -= 1;
+        } else {
+            self.at += 1;
+        }
+    }
+
+    /// Pass the entries of the current block the scan cannot see (another branch's, or
+    /// outside the bounds); whether one it sees is left in the block.
+    fn seen_in_block(&mut self, ancestry: &HashSet<Version>) -> bool {
+        loop {
+            let left = if self.reverse {
+                self.at > 0
+            } else {
+                self.at < self.block.len()
+            };
+            if !left {
+                return false;
+            }
+            let e = self.current();
+            let (lo, hi) = (
+                self.lo.as_ref().map(Vec::as_slice),
+                self.hi.as_ref().map(Vec::as_slice),
+            );
+            if ancestry.contains(&e.version) && within(&e.key, lo, hi) {
+                return true;
+            }
+            self.step();
+        }
     }
 
     /// The next entry visible at the scan's version (in `ancestry`), reading blocks as needed.
@@ -300,7 +357,7 @@ impl Cursor {
         keep: usize,
         ancestry: &HashSet<Version>,
     ) -> Result<Option<&Entry>> {
-        while self.buf.is_empty() {
+        while !self.seen_in_block(ancestry) {
             let Some(i) = self.next else {
                 return Ok(None);
             };
@@ -311,11 +368,7 @@ impl Cursor {
             } else {
                 Some(i + 1)
             };
-            let (lo, hi) = (
-                self.lo.as_ref().map(Vec::as_slice),
-                self.hi.as_ref().map(Vec::as_slice),
-            );
-            let block = recent.block(
+            self.block = recent.block(
                 pager,
                 &self.head,
                 self.id,
@@ -324,13 +377,8 @@ impl Cursor {
                 self.reverse,
                 keep,
             )?;
-            let seen = |e: &&Entry| ancestry.contains(&e.version) && within(&e.key, lo, hi);
-            if self.reverse {
-                self.buf.extend(block.iter().rev().filter(seen).cloned());
-            } else {
-                self.buf.extend(block.iter().filter(seen).cloned());
-            }
+            self.at = if self.reverse { self.block.len() } else { 0 };
         }
-        Ok(self.buf.front())
+        Ok(Some(self.current()))
     }
 }
