@@ -203,8 +203,8 @@ impl Config {
                 // large as the buffer would keep each leaf's growing piece there, rewritten
                 // whole by every flush (3 blocks read and written per put at 1,000 versions
                 // in `--quick`, against 0.6 with this).
-                let level0 = (self.block_bytes as usize / (KEY_BYTES + VALUE_BYTES + 32)).max(1)
-                    as u32;
+                let level0 =
+                    (self.block_bytes as usize / (KEY_BYTES + VALUE_BYTES + 32)).max(1) as u32;
                 VersionedEngineOptions::Sda(SdaConfig {
                     buffer_bytes: buffer,
                     level0_entries: level0,

@@ -273,8 +273,9 @@ fn stats_and_check_know_the_cow_btree_and_find_a_damaged_block() {
     stats_and_check("cow");
 }
 
-/// The experiment's three lines on a simulated disk, tiny: every line answers the same range
-/// queries with the same number of elements, and the SDA splits where the other SDA cannot.
+/// The experiment's three lines on a simulated disk, tiny, with `--versions`: every line
+/// makes the versions asked for and answers the same range queries with the same number of
+/// elements, and the SDA splits where the other SDA cannot.
 #[test]
 fn bench_versioned_runs_three_lines_on_the_same_workload() {
     let tmp = TempDir::new().unwrap();
@@ -285,8 +286,8 @@ fn bench_versioned_runs_three_lines_on_the_same_workload() {
         "--sim",
         "--inserts",
         "1200",
-        "--clone-every",
-        "150",
+        "--versions",
+        "8",
         "--cache",
         "16KiB",
         "--block",
@@ -300,9 +301,15 @@ fn bench_versioned_runs_three_lines_on_the_same_workload() {
         "--json",
     ]);
     let v: Value = serde_json::from_str(&out).unwrap();
+    // --versions 8: a new version every 1,200 / 8 puts, 8 versions in all at the end.
+    assert_eq!(v["config"]["clone_every"], 150, "{}", v["config"]);
     let lines = v["lines"].as_array().unwrap();
     let names: Vec<&str> = lines.iter().map(|l| l["line"].as_str().unwrap()).collect();
     assert_eq!(names, ["cow", "sda", "sda-no-da"]);
+    for l in lines {
+        let last = l["points"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["live_versions"], 8, "{last}");
+    }
     let elements = |l: &Value| -> Vec<u64> {
         l["points"]
             .as_array()
@@ -345,4 +352,6 @@ fn bench_versioned_runs_three_lines_on_the_same_workload() {
     assert!(std::fs::read_to_string(&svg).unwrap().contains("SDA"));
     let err = fails(&["bench", "versioned", "--sim", "--lines", "btree"], 1);
     assert!(err.contains("no line"), "{err}");
+    let err = fails(&["bench", "versioned", "--sim", "--versions", "0"], 1);
+    assert!(err.contains("--versions must be positive"), "{err}");
 }

@@ -207,7 +207,13 @@ impl Head {
     /// The bytes of blocks `first..=last`, read from the device with one IO (an array's
     /// blocks follow one another in its extent), unchecked: `run_block` checks and decodes
     /// each block of it when it is wanted.
-    pub fn read_run(&self, pager: &Pager, id: NodeId, first: usize, last: usize) -> Result<Vec<u8>> {
+    pub fn read_run(
+        &self,
+        pager: &Pager,
+        id: NodeId,
+        first: usize,
+        last: usize,
+    ) -> Result<Vec<u8>> {
         let start = self.blocks[first].part.at(self.head_len);
         let end = self.blocks[last].part.at(self.head_len) + self.blocks[last].part.len as u64;
         pager.read_part(id, start, (end - start) as usize)

@@ -552,8 +552,15 @@ mod tests {
         loop {
             let lo = got.last().map_or(Unbounded, |(k, _)| Excluded(k.clone()));
             let mut page = Vec::new();
-            t.scan_at(ROOT, lo.as_ref().map(Vec::as_slice), Unbounded, false, 256, &mut page)
-                .unwrap();
+            t.scan_at(
+                ROOT,
+                lo.as_ref().map(Vec::as_slice),
+                Unbounded,
+                false,
+                256,
+                &mut page,
+            )
+            .unwrap();
             if page.is_empty() {
                 break;
             }

@@ -5,13 +5,17 @@
 //! "absent".
 //!
 //! A point query reads one block per array, and only if the array's filter lets the key
-//! through. A range query is a merge of cursors, one per array and one over the buffer, each
-//! reading its array's blocks one at a time in the scan's direction (a key's entries share a
-//! block, so a cursor holds every entry of its front key); the merge takes the nearest key
-//! of all fronts, resolves it from every source and stops at `limit` answers, so a scan reads
-//! about `limit` entries' worth of blocks per array (plus one), not the whole range. The
-//! blocks a scan read last are kept (`Recent`, two per level), so that the next page of a
-//! paged scan, which starts inside them, does not read them again.
+//! through. A range query is a merge of cursors, one per array and one over the buffer's
+//! entries that v sees. A cursor walks its array's blocks in the scan's direction (a key's
+//! entries share a block, so a cursor's block holds every entry of its front key), reading
+//! them in runs, one IO each, of 2, 4, then `MAX_RUN_BLOCKS` consecutive blocks (an array
+//! is one sequential extent: this is where the SDA's layout pays on a range); a block is
+//! checked and decoded only when the cursor reaches it. The merge takes the nearest key of
+//! all fronts, resolves it from every source and stops at `limit` answers, so a scan reads
+//! about `limit` entries' worth of blocks per array plus the rest of its last run, not the
+//! whole range. The last run read from each array is kept (`Recent`, as many runs as there
+//! are levels, plus one), so that the next page of a paged scan, which starts inside it, reads
+//! it again neither whole nor at 2 blocks: its next run doubles the kept one.
 
 use std::collections::{HashSet, VecDeque};
 
@@ -67,7 +71,12 @@ impl Recent {
             Some(at) => at,
             None => {
                 let follows = self.runs.iter().find(|r| {
-                    r.id == id && if reverse { r.first == i + 1 } else { r.last() + 1 == i }
+                    r.id == id
+                        && if reverse {
+                            r.first == i + 1
+                        } else {
+                            r.last() + 1 == i
+                        }
                 });
                 let n = follows.map_or(2, |r| (2 * r.blocks.len()).min(MAX_RUN_BLOCKS));
                 let (first, last) = if reverse {
@@ -368,15 +377,8 @@ impl Cursor {
             } else {
                 Some(i + 1)
             };
-            self.block = recent.block(
-                pager,
-                &self.head,
-                self.id,
-                i,
-                self.last,
-                self.reverse,
-                keep,
-            )?;
+            self.block =
+                recent.block(pager, &self.head, self.id, i, self.last, self.reverse, keep)?;
             self.at = if self.reverse { self.block.len() } else { 0 };
         }
         Ok(Some(self.current()))
