@@ -180,7 +180,7 @@ impl Sda {
         if empty_range(lo, hi) || limit == 0 {
             return Ok(());
         }
-        let ancestry: HashSet<Version> = self.tree.ancestry(v).into_iter().collect();
+        let ancestry = Ancestry::of(&self.tree, v);
         let mut cursors = Vec::new();
         for id in self.serving(v) {
             let head = self.head(id)?;
@@ -214,15 +214,23 @@ impl Sda {
         let mut pending = buffered.next();
         let nearer = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
         while out.len() < limit {
-            let mut key: Option<Vec<u8>> = pending.map(|((k, _), _)| k.clone());
-            for c in &mut cursors {
-                if let Some(e) = c.front(pager, recent, keep, &ancestry)? {
-                    if key.as_deref().is_none_or(|k| nearer(&e.key, k)) {
-                        key = Some(e.key.clone());
-                    }
+            // Every cursor at its front first, then the nearest front key, copied once.
+            let mut fronts = Vec::with_capacity(cursors.len());
+            for (i, c) in cursors.iter_mut().enumerate() {
+                if c.front(pager, recent, keep, &ancestry)?.is_some() {
+                    fronts.push(i);
                 }
             }
-            let Some(key) = key else { break };
+            let mut key: Option<&[u8]> = pending.map(|((k, _), _)| k.as_slice());
+            for &i in &fronts {
+                let k = cursors[i].current().key.as_slice();
+                if key.is_none_or(|x| nearer(k, x)) {
+                    key = Some(k);
+                }
+            }
+            let Some(key) = key.map(<[u8]>::to_vec) else {
+                break;
+            };
             let mut best = None;
             while let Some(((k, Reverse(x)), (seq, value))) = pending {
                 if *k != key {
@@ -244,6 +252,22 @@ impl Sda {
             }
         }
         Ok(())
+    }
+}
+
+/// A version and its ancestors, the versions whose entries a read at it sees: sorted, for a
+/// binary search per entry (a scan asks for every entry it passes; cheaper than hashing).
+struct Ancestry(Vec<Version>);
+
+impl Ancestry {
+    fn of(tree: &VersionTree, v: Version) -> Ancestry {
+        let mut a = tree.ancestry(v);
+        a.sort_unstable();
+        Ancestry(a)
+    }
+
+    fn contains(&self, x: &Version) -> bool {
+        self.0.binary_search(x).is_ok()
     }
 }
 
@@ -336,7 +360,7 @@ impl Cursor {
 
     /// Pass the entries of the current block the scan cannot see (another branch's, or
     /// outside the bounds); whether one it sees is left in the block.
-    fn seen_in_block(&mut self, ancestry: &HashSet<Version>) -> bool {
+    fn seen_in_block(&mut self, ancestry: &Ancestry) -> bool {
         loop {
             let left = if self.reverse {
                 self.at > 0
@@ -364,7 +388,7 @@ impl Cursor {
         pager: &Pager,
         recent: &mut Recent,
         keep: usize,
-        ancestry: &HashSet<Version>,
+        ancestry: &Ancestry,
     ) -> Result<Option<&Entry>> {
         while !self.seen_in_block(ancestry) {
             let Some(i) = self.next else {
