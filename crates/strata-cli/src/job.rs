@@ -197,7 +197,9 @@ fn device_profile(
             "The affine model (an IO of x bytes costs s + t·x) and the PDAM model (P IOs in \
              parallel per step) fitted to {source}, each against every measured point beside \
              the DAM (one fixed cost per block, no parallelism), which is off by up to 2× \
-             across IO sizes and by about P across threads (seed 000 §4).\n\n```\n{}```",
+             across IO sizes and by about P across threads (seed 000 §4). Seed 002's block \
+             sizes: random reads of 512 B to 64 KiB with uniform and power-law offsets.\n\n\
+             ```\n{}```",
             crate::profile::render(&p)
         ),
         figures: vec![Figure {
