@@ -672,13 +672,28 @@ pub fn auto_geometry(
     cache_bytes: u64,
     checkpoint_wal_bytes: u64,
 ) -> Result<(Geometry, Origin)> {
+    let saved = DeviceProfile::load_saved()?.map(|(_, p)| p);
+    Ok(auto_geometry_with(
+        saved.as_ref(),
+        expected_keys,
+        cache_bytes,
+        checkpoint_wal_bytes,
+    ))
+}
+
+/// `auto_geometry` with the profile given (`None`: no saved profile): the same rule, for
+/// whoever needs to know what geometry an engine opened with a saved profile got.
+pub fn auto_geometry_with(
+    profile: Option<&DeviceProfile>,
+    expected_keys: u64,
+    cache_bytes: u64,
+    checkpoint_wal_bytes: u64,
+) -> (Geometry, Origin) {
     let mut w = Workload::new(expected_keys);
     w.cache_bytes = cache_bytes;
     w.checkpoint_wal_bytes = checkpoint_wal_bytes;
-    match DeviceProfile::load_saved()? {
-        Some((_, profile)) if profile.affine_holds().is_ok() => {
-            Ok((geometry(&profile, &w), Origin::Profile))
-        }
-        _ => Ok((geometry(&DeviceProfile::builtin(), &w), Origin::Builtin)),
+    match profile {
+        Some(p) if p.affine_holds().is_ok() => (geometry(p, &w), Origin::Profile),
+        _ => (geometry(&DeviceProfile::builtin(), &w), Origin::Builtin),
     }
 }
