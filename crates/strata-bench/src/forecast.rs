@@ -27,6 +27,9 @@ use crate::workload::Spec;
 /// Where the model claims to hold, it should be within this of the measured IO time.
 pub const CLAIM: f64 = 0.15;
 
+/// IO time per operation below which a side counts as doing no IO, µs.
+const NOTHING_US: f64 = 0.01;
+
 /// IO per operation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PerOp {
@@ -146,12 +149,18 @@ pub fn forecast(
                 _ => continue,
             };
             let measured = PerOp::measured(&p.io, p.ops, &m);
+            // Both sides under a hundredth of a µs: no IO either way, which agrees.
+            let ratio = if predicted.io_us.max(measured.io_us) < NOTHING_US {
+                1.0
+            } else {
+                predicted.io_us / measured.io_us.max(1e-9)
+            };
             out.push(ForecastRow {
                 engine: row.engine.clone(),
                 phase: p.phase.clone(),
                 predicted,
                 measured,
-                ratio: predicted.io_us / measured.io_us.max(1e-9),
+                ratio,
                 unclaimed,
             });
         }
@@ -257,6 +266,20 @@ mod tests {
             .unwrap();
         assert!(be.predicted.write_bytes > 100.0, "{be:?}");
         assert!(be.unclaimed.is_none());
+        // No IO predicted or measured agrees.
+        let mut idle = rows[0].clone();
+        idle.phase_io = vec![PhaseIo {
+            phase: "reads".into(),
+            ops: 1_000,
+            io: EngineIo::default(),
+        }];
+        let spec_fits = Spec {
+            cache_bytes: 1 << 30,
+            ..Spec::rum(10_000)
+        };
+        let f0 = forecast(&[idle], &strata_engines(), &spec_fits, Some(&profile));
+        assert_eq!(f0.len(), 1);
+        assert!(f0[0].holds(), "{:?}", f0[0]);
         let md = markdown(&f);
         assert_eq!(md.lines().count(), 2 + f.len());
         assert!(md.contains("not claimed: the model prices a warm cache"));
