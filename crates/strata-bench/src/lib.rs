@@ -3,11 +3,14 @@
 //! - `workload`: the spec every engine is driven through; `gen`: its deterministic records.
 //! - `store`: the adapter an engine implements (strata's here, peers in `strata-compare`).
 //! - `runner`: runs a spec on one engine and measures it from outside; `measure`: the readings.
+//! - `rum`: seed 004's comparison as rows; `forecast`: strata's engines in it, predicted by
+//!   their cost models against what they counted.
 //! - Experiments: `seed001` (simulated disk, exact IO counts), `sweep` (node sizes on the real
 //!   disk), `versioned` (seed 003 §8: the SDA against the CoW B-tree); each returns a report
 //!   that the CLI prints as a table or JSON.
 
 pub mod chart;
+pub mod forecast;
 pub mod gen;
 pub mod measure;
 pub mod page;

@@ -22,6 +22,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::runner::{PhaseResult, RunResult};
+use crate::store::EngineIo;
 use crate::workload::{Phase, Spec};
 
 /// The cache of the comparison's second setting, with the data beyond memory: the largest
@@ -81,6 +82,18 @@ pub struct Row {
     /// and their seconds, where the engine counts them.
     #[serde(default)]
     pub write_stalls: Option<(u64, f64)>,
+    /// The engine's own count of its data file's IO in each phase of the first run, where it
+    /// keeps one (strata's engines; `forecast` sets it beside the model's).
+    #[serde(default)]
+    pub phase_io: Vec<PhaseIo>,
+}
+
+/// One phase's operations and the engine's data-file IO over them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseIo {
+    pub phase: String,
+    pub ops: u64,
+    pub io: EngineIo,
 }
 
 /// Latency quantiles of one engine, in µs: point reads warm and cold, and commits of a batch
@@ -177,6 +190,17 @@ pub fn row(runs: &[RunResult]) -> Row {
             .iter()
             .filter_map(|l| first.phase(l)?.write_stalls)
             .reduce(|a, b| (a.0 + b.0, a.1 + b.1)),
+        phase_io: first
+            .phases
+            .iter()
+            .filter_map(|p| {
+                Some(PhaseIo {
+                    phase: p.phase.clone(),
+                    ops: p.ops,
+                    io: p.engine_io?,
+                })
+            })
+            .collect(),
     }
 }
 

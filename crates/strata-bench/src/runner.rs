@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::gen::{Records, Rng, Zipf};
 use crate::measure::{self, BlockStat, Latencies, ProcIo};
-use crate::store::{Config, Store, Subject, Write};
+use crate::store::{Config, EngineIo, Store, Subject, Write};
 use crate::workload::{Dist, Mix, Phase, Spec};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -70,6 +70,10 @@ pub struct PhaseResult {
     pub flush_bytes_written: u64,
     /// The engine's own count of bytes written, where it keeps one.
     pub engine_bytes_written: Option<u64>,
+    /// The engine's own count of its data file's reads and writes over the phase, where it
+    /// keeps one (strata's engines): what their cost models predict.
+    #[serde(default)]
+    pub engine_io: Option<EngineIo>,
     /// Writes that waited for background work during the phase, and their seconds, where the
     /// engine counts them.
     #[serde(default)]
@@ -298,6 +302,7 @@ impl Harness<'_> {
         let device = BlockStat::of(dir);
         let proc_before = ProcIo::now();
         let engine_before = self.store().engine_bytes_written();
+        let io_before = self.store().engine_io();
         let stalls_before = self.store().write_stalls();
         let started = Instant::now();
         let mut t = Tally::default();
@@ -367,6 +372,11 @@ impl Harness<'_> {
             (Some(b), Some(a), _) => Some(a.saturating_sub(b)),
             _ => None,
         };
+        let engine_io = match (io_before, self.store().engine_io(), phase) {
+            (_, _, Phase::Reopen) => None,
+            (Some(b), Some(a), _) => Some(a.since(&b)),
+            _ => None,
+        };
         let write_stalls = match (stalls_before, self.store().write_stalls(), phase) {
             (_, _, Phase::Reopen) => None,
             (Some(b), Some(a), _) => Some((a.0.saturating_sub(b.0), (a.1 - b.1).max(0.0))),
@@ -397,6 +407,7 @@ impl Harness<'_> {
             process_bytes_read: proc.read_bytes,
             flush_bytes_written,
             engine_bytes_written,
+            engine_io,
             write_stalls,
             device_bytes_written: dev.map(|d| d.bytes_written),
             device_reads: dev.map(|d| d.reads),

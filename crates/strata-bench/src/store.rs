@@ -17,6 +17,8 @@
 
 use std::path::Path;
 
+use serde::{Deserialize, Serialize};
+
 use strata::{Db, Durability, LsmConfig, Options, WriteBatch};
 
 pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
@@ -39,6 +41,27 @@ pub struct Config {
 pub struct Write {
     pub key: Vec<u8>,
     pub value: Option<Vec<u8>>,
+}
+
+/// IO an engine counts on its data file: reads and writes, and their bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineIo {
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+}
+
+impl EngineIo {
+    /// The IO between `before` and `self`.
+    pub fn since(&self, before: &EngineIo) -> EngineIo {
+        EngineIo {
+            reads: self.reads.saturating_sub(before.reads),
+            read_bytes: self.read_bytes.saturating_sub(before.read_bytes),
+            writes: self.writes.saturating_sub(before.writes),
+            write_bytes: self.write_bytes.saturating_sub(before.write_bytes),
+        }
+    }
 }
 
 /// An open database.
@@ -69,6 +92,11 @@ pub trait Store {
     fn engine_bytes_written(&self) -> Option<u64> {
         None
     }
+    /// The engine's own count of its data file's IO so far (not its log's), where it keeps one:
+    /// what a cost model of the engine predicts.
+    fn engine_io(&self) -> Option<EngineIo> {
+        None
+    }
     /// Writes that waited for the engine's background work so far, and their seconds in all,
     /// where the engine counts them (strata's LSM-tree does).
     fn write_stalls(&self) -> Option<(u64, f64)> {
@@ -86,6 +114,15 @@ pub trait Subject: Send + Sync {
     fn version(&self) -> String;
     /// The settings it is opened with, for the report.
     fn settings(&self, cfg: &Config) -> String;
+    /// The engine and geometry it runs with under `cfg`, where strata's cost models price it
+    /// (`profile`: the saved device profile its process reads, if any).
+    fn shape(
+        &self,
+        _cfg: &Config,
+        _profile: Option<&strata::DeviceProfile>,
+    ) -> Option<strata::tune::EngineShape> {
+        None
+    }
     fn open(&self, dir: &Path, cfg: &Config) -> Result<Box<dyn Store>>;
     /// Bytes the closed database occupies: by default what is allocated to the files under
     /// `dir` (an engine on a simulated disk, in tests, counts its own).
@@ -266,6 +303,28 @@ impl Subject for Strata {
         )
     }
 
+    fn shape(
+        &self,
+        cfg: &Config,
+        profile: Option<&strata::DeviceProfile>,
+    ) -> Option<strata::tune::EngineShape> {
+        use strata::tune::EngineShape;
+        Some(match self.kind {
+            Kind::BeTree => EngineShape::BeTree(
+                strata::tune::auto_geometry_with(
+                    profile,
+                    cfg.expected_records,
+                    cfg.cache_bytes,
+                    Options::default().checkpoint_wal_bytes,
+                )
+                .0,
+            ),
+            Kind::BTree(node) => EngineShape::BTree { node_size: node },
+            Kind::Lsm(policy, t) => EngineShape::Lsm(Self::lsm_config(cfg, policy, t)),
+            Kind::Shape(shape) => shape,
+        })
+    }
+
     fn open(&self, dir: &Path, cfg: &Config) -> Result<Box<dyn Store>> {
         Ok(Box::new(StrataStore(Db::open(dir, self.options(cfg))?)))
     }
@@ -315,6 +374,16 @@ impl Store for StrataStore {
 
     fn engine_bytes_written(&self) -> Option<u64> {
         Some(self.0.metrics().total_io().bytes_written)
+    }
+
+    fn engine_io(&self) -> Option<EngineIo> {
+        let d = self.0.metrics().data_io;
+        Some(EngineIo {
+            reads: d.reads,
+            read_bytes: d.bytes_read,
+            writes: d.writes,
+            write_bytes: d.bytes_written,
+        })
     }
 
     fn write_stalls(&self) -> Option<(u64, f64)> {

@@ -403,6 +403,21 @@ pub fn rum_cmd(a: RumArgs) -> Result<ExitCode, Failure> {
         for r in &outcome.rows {
             writeln!(out, "- {} ({}): {}", r.engine, r.version, r.settings)?;
         }
+        // strata's engines against their cost models, with the profile their processes read.
+        let saved = strata::DeviceProfile::load_saved()?.map(|(_, p)| p);
+        let f = strata_bench::forecast::forecast(
+            &outcome.rows,
+            &store::strata_engines(),
+            &outcome.spec,
+            saved.as_ref(),
+        );
+        if !f.is_empty() {
+            writeln!(
+                out,
+                "\nPredicted against measured, strata's engines (data file IO per operation):\n\n{}",
+                strata_bench::forecast::markdown(&f)
+            )?;
+        }
     }
     let wrong = outcome.rows.iter().any(|r| r.wrong_reads > 0);
     Ok(if wrong {

@@ -90,6 +90,7 @@ impl Progress for Bar {
             "affine" => "random reads at queue depth 1, by size",
             "pdam" => "random 64 KiB reads, by thread count",
             "fsync" => "4 KiB append + fdatasync",
+            "block sizes" => "random reads of 512 B .. 64 KiB, uniform and power-law offsets",
             _ => "",
         };
         self.0.set_message(name.to_string());
@@ -322,6 +323,29 @@ pub fn render(p: &DeviceProfile) -> String {
         p.fsync.samples
     ));
 
+    if !p.blocks.is_empty() {
+        o.push_str(
+            "block sizes (seed 002): random reads at queue depth 1, offsets uniform and from a \
+             power law (half of them in the first 1/16 of the file)\n",
+        );
+        o.push_str(&format!(
+            "  {:>8} {:>7} {:>11} {:>9} {:>11} {:>9} {:>11}\n",
+            "block", "IOs", "uniform µs", "IOPS", "power µs", "IOPS", "power/unif."
+        ));
+        for b in &p.blocks {
+            o.push_str(&format!(
+                "  {:>8} {:>7} {:>11} {:>9.0} {:>11} {:>9.0} {:>11.3}\n",
+                human(b.bytes),
+                b.ios,
+                us(b.uniform_s),
+                1.0 / b.uniform_s,
+                us(b.power_s),
+                1.0 / b.power_s,
+                b.uniform_s / b.power_s
+            ));
+        }
+    }
+
     let errors = ModelErrors::of(p);
     o.push_str(&format!(
         "\naffine model and DAM against measurement (error = measured / model − 1)\n  DAM: \
@@ -427,6 +451,10 @@ mod tests {
         let (pdam, dam) = ModelErrors::of(&p).worst_by_threads();
         assert!(dam > 3.0 * pdam, "{pdam} {dam}");
         assert!(text.contains("worst factor off"), "{text}");
+        // Seed 002's block sizes from 512 B (the simulator reads any size) to 64 KiB.
+        assert_eq!(p.blocks.first().map(|b| b.bytes), Some(512));
+        assert_eq!(p.blocks.last().map(|b| b.bytes), Some(64 << 10));
+        assert!(text.contains("block sizes (seed 002)"), "{text}");
         // One line per measured point in each comparison table.
         let lines = text.lines().filter(|l| l.contains('%')).count();
         assert!(

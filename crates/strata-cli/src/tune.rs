@@ -389,7 +389,8 @@ pub fn render(r: &Recommendation, source: &str) -> String {
         &mut o,
         format!(
             "Block size table (seed 002): IOPS at queue depth 1, b = block / {} B per key, hops = \
-             log_b N; cached hops: B+-tree reads per query with a cache of {}",
+             log_b N; power: offsets from a power law; cached hops: B+-tree reads per query \
+             with a cache of {}; < the most queries per second with nothing cached",
             w.key_bytes + 10,
             human(r.effective_cache_bytes)
         ),
@@ -397,24 +398,35 @@ pub fn render(r: &Recommendation, source: &str) -> String {
     line(
         &mut o,
         format!(
-            "  {:>8} {:>9} {:>9} {:>6} {:>9} {:>11} {:>11}",
-            "block", "IOPS", "keys", "hops", "q/s", "cached hops", "cached q/s"
+            "  {:>8} {:>9} {:>10} {:>9} {:>6} {:>9} {:>10} {:>11} {:>11}",
+            "block",
+            "IOPS",
+            "power IOPS",
+            "keys",
+            "hops",
+            "q/s",
+            "power q/s",
+            "cached hops",
+            "cached q/s"
         ),
     );
+    let opt = |x: Option<f64>| x.map_or("-".to_string(), |q| format!("{q:.0}"));
     for i in &r.iops {
         line(
             &mut o,
             format!(
-                "  {:>8} {:>9.0} {:>9.0} {:>6.2} {:>9.0} {:>11.3} {:>11}{}",
+                "  {:>8} {:>9.0} {:>10} {:>9.0} {:>6.2} {:>9.0} {:>10} {:>11.3} {:>11}{}{}",
                 human(i.block_bytes),
                 i.iops,
+                opt(i.power_iops),
                 i.keys_per_node,
                 i.hops,
                 i.queries_per_s,
+                opt(i.power_queries_per_s),
                 i.cached_hops,
-                i.cached_queries_per_s
-                    .map_or("-".to_string(), |q| format!("{q:.0}")),
-                if i.measured { "" } else { "  (model)" }
+                opt(i.cached_queries_per_s),
+                if i.measured { "" } else { "  (model)" },
+                if i.best { " <" } else { "" }
             ),
         );
     }
@@ -431,8 +443,15 @@ mod tests {
         w.mix = Mix::Point;
         let r = tune::recommend(&DeviceProfile::builtin(), &w);
         let text = render(&r, "test");
-        // The B+-tree and Bε-tree tables each mark their pick.
-        assert_eq!(text.matches(" <\n").count(), 2, "{text}");
+        // The B+-tree and Bε-tree tables each mark their pick, and the block size table its
+        // best block size.
+        assert_eq!(text.matches(" <\n").count(), 3, "{text}");
+        let best: Vec<_> = r.iops.iter().filter(|i| i.best).collect();
+        assert_eq!(best.len(), 1);
+        assert!(r
+            .iops
+            .iter()
+            .all(|i| i.queries_per_s <= best[0].queries_per_s));
         let rows = r.btree.table.len() + r.betree.table.len() + r.sensitivity.len() + r.iops.len();
         let numeric = text
             .lines()

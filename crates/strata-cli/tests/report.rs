@@ -185,6 +185,21 @@ fn report_quick_writes_every_section() {
         md.contains("### At scale: 3K records, 256 MiB cache"),
         "Markdown lacks the setting at scale"
     );
+    // strata's two engines here, four priced phases each, in both settings the report
+    // forecasts; the peer has none.
+    for setting in ["beyond_memory", "at_scale"] {
+        let f = rum["forecast"][setting].as_array().unwrap();
+        assert_eq!(f.len(), 8, "{setting}");
+        assert!(f.iter().all(|r| r["engine"] != "redb"));
+        assert!(f
+            .iter()
+            .all(|r| r["measured"]["io_us"].as_f64().unwrap() > 0.0 || r["phase"] == "reads"));
+    }
+    assert!(
+        md.contains("### Predicted against measured: strata's engines"),
+        "Markdown lacks the forecast"
+    );
+    assert!(md.contains("| strata-betree | load |"), "{md}");
     // Every row's settings line states its flush.
     assert_eq!(md.matches("flush:").count(), 3, "{md}");
     assert!(

@@ -13,7 +13,9 @@
 //!    saturation bandwidth. Passes, because a real device drifts by tens of percent from one
 //!    second to the next (docs/models.md, "Profiling a real disk"): measured once each, in one
 //!    sweep, p = 1 and p = 64 are taken at different moments and P, their ratio, carries the drift;
-//! 4. fsync: a 4 KiB append then an fdatasync, timed on the sync, as a durable commit pays it.
+//! 4. fsync: a 4 KiB append then an fdatasync, timed on the sync, as a durable commit pays it;
+//! 5. block sizes (seed 002, `blocks`): random reads of 512 B .. 64 KiB at queue depth 1, with
+//!    uniform and power-law offsets.
 //!
 //! Invariants: budgets bound the time of each step (plus one IO); every size and thread count
 //! gets at least a minimum number of IOs so a mean exists; offsets come from a seeded generator,
@@ -67,6 +69,10 @@ pub struct ProfileConfig {
     pub fsync_samples: u32,
     /// Relative residual under which a size always counts as following the affine model.
     pub fit_floor: f64,
+    /// Block sizes of seed 002's benchmark (`blocks`), and its time per size, distribution and
+    /// pass; its passes are the affine step's.
+    pub block_sizes: Vec<u64>,
+    pub block_budget_s: f64,
     pub seed: u64,
     /// Recorded in the profile: made with the short budgets.
     pub quick: bool,
@@ -97,6 +103,8 @@ impl ProfileConfig {
             fill_chunk: 4 << 20,
             fsync_samples: 50,
             fit_floor: 0.10,
+            block_sizes: super::blocks::block_sizes(),
+            block_budget_s: 0.4,
             seed: 0x5EED,
             quick: false,
         }
@@ -111,6 +119,7 @@ impl ProfileConfig {
             min_per_thread: 2,
             max_per_thread: 256,
             fsync_samples: 16,
+            block_budget_s: 0.1,
             quick: true,
             ..ProfileConfig::full()
         }
@@ -427,6 +436,15 @@ pub fn profile(
     let points = affine(t, cfg, progress)?;
     let threads = pdam(t, cfg, progress)?;
     let fsync = fsync(t, cfg, progress)?;
+    let blocks = super::blocks::measure(
+        t,
+        &cfg.block_sizes,
+        cfg.affine_passes,
+        cfg.block_budget_s,
+        (cfg.min_ios, cfg.max_ios),
+        cfg.seed,
+        progress,
+    )?;
     let created_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -439,6 +457,7 @@ pub fn profile(
         pdam: fit_pdam(threads, cfg.pdam_block, cfg.per_thread_bytes)?,
         write,
         fsync,
+        blocks,
     };
     profile.validate().map_err(|why| {
         Error::InvalidOptions(format!(

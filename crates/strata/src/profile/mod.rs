@@ -12,6 +12,7 @@
 //! for people reading the JSON but are always recomputed from s and t when used.
 
 pub mod bench;
+pub mod blocks;
 pub mod errors;
 pub mod plot;
 pub mod target;
@@ -26,6 +27,7 @@ use crate::model::{Affine, Pdam};
 use crate::storage::sim::{SimModel, SimPreset, PDAM_BLOCK};
 
 pub use bench::{profile, ProfileConfig, Progress, Silent};
+pub use blocks::{BlockPoint, Offsets};
 pub use errors::ModelErrors;
 pub use target::{FileTarget, SimTarget, Target};
 
@@ -147,6 +149,10 @@ pub struct DeviceProfile {
     pub pdam: PdamProfile,
     pub write: WriteProfile,
     pub fsync: FsyncProfile,
+    /// Seed 002's random reads by block size, 512 B to 64 KiB, uniform and power-law offsets
+    /// (empty in profiles made before it, or made from models).
+    #[serde(default)]
+    pub blocks: Vec<BlockPoint>,
 }
 
 /// Below this R² on the fitted sizes, the affine model is not taken to describe the device.
@@ -291,6 +297,7 @@ impl DeviceProfile {
                 median_s: fsync_s,
                 samples: 0,
             },
+            blocks: Vec::new(),
         }
     }
 

@@ -7,7 +7,9 @@
 //! Invariants: the scratch file is created new, unlinked as soon as it is open (so it disappears
 //! when the process ends however it ends, and never clobbers a user's file), fully written before
 //! it is read (ext4 serves unwritten extents without touching the device), and read only at 4 KiB
-//! aligned offsets with aligned buffers, so O_DIRECT reads go straight to the device.
+//! aligned offsets with aligned buffers, so O_DIRECT reads go straight to the device (the block
+//! size benchmark's `read_block` reads smaller blocks at multiples of their size, down to the
+//! smallest read O_DIRECT takes on the file system).
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
@@ -38,6 +40,16 @@ pub trait Target: Sync {
     /// Seconds on this target's clock (wall or virtual) since some fixed point.
     fn now_s(&self) -> f64;
     fn read(&self, buf: &mut [u8], offset: u64) -> Result<()>;
+    /// The smallest read, a power of two of at most 4 KiB, that the target makes as one IO of
+    /// that size: a real file under O_DIRECT reads in units of its device's logical block.
+    fn smallest_read(&self) -> u64 {
+        DIRECT_ALIGN as u64
+    }
+    /// One read of `buf.len()` bytes at `offset`, both multiples of `smallest_read()`, made as
+    /// one IO of that size (`read` rounds a real file's reads out to 4 KiB).
+    fn read_block(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.read(buf, offset)
+    }
     fn write(&self, data: &[u8], offset: u64) -> Result<()>;
     fn sync(&self) -> Result<()>;
     /// `threads` clients each reading random `block`-byte blocks back to back until `budget_s`
@@ -67,6 +79,8 @@ pub struct FileTarget {
     dir: PathBuf,
     span: u64,
     epoch: Instant,
+    /// The smallest O_DIRECT read the file system took when the target was made.
+    smallest: u64,
 }
 
 /// Headroom left free on the file system besides the scratch file.
@@ -185,11 +199,21 @@ impl FileTarget {
         let _ = std::fs::remove_file(&path);
         drop(file);
         let dev = opened?;
+        // The smallest read O_DIRECT takes here: the device's logical block (512 B on most
+        // disks, 4 KiB on some); a smaller one is refused with EINVAL.
+        let smallest = [512u64, 1024, 2048]
+            .into_iter()
+            .find(|&b| {
+                let mut buf = AlignedBuf::zeroed(b as usize);
+                dev.read_direct_at(buf.as_mut_slice(), b).is_ok()
+            })
+            .unwrap_or(DIRECT_ALIGN as u64);
         Ok(FileTarget {
             dev,
             dir: dir.to_path_buf(),
             span: size,
             epoch: Instant::now(),
+            smallest,
         })
     }
 }
@@ -213,6 +237,14 @@ impl Target for FileTarget {
 
     fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         self.dev.read_at(buf, offset)
+    }
+
+    fn smallest_read(&self) -> u64 {
+        self.smallest
+    }
+
+    fn read_block(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.dev.read_direct_at(buf, offset)
     }
 
     fn write(&self, data: &[u8], offset: u64) -> Result<()> {
@@ -334,6 +366,11 @@ impl Target for SimTarget {
 
     fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         self.dev.read_at(buf, offset)
+    }
+
+    /// The simulator prices any size; 512 B is the smallest a real disk reads.
+    fn smallest_read(&self) -> u64 {
+        512
     }
 
     fn write(&self, data: &[u8], offset: u64) -> Result<()> {

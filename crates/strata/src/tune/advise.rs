@@ -99,6 +99,14 @@ pub struct EngineChoice {
     pub write_us: f64,
     pub range_us: f64,
     pub ops_per_s: f64,
+    /// The model's IO of one insert (an update costs the same) and of one point query, with
+    /// the workload's cache, once the engine holds all the keys.
+    pub insert: OpCost,
+    pub point: OpCost,
+    /// Bytes written to the data file per insert averaged over a load of all the keys, where
+    /// the engine's model has a load account (the Bε-tree's `betree_load`, the LSM-tree's
+    /// played-out merges); the B+-tree's is its insert at the final size.
+    pub load_write_bytes: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -141,6 +149,9 @@ fn price_btree(model: &Affine, w: &AdviseWorkload, node: u64) -> EngineChoice {
         write_us: seconds(&p.insert) * 1e6,
         range_us: seconds(&p.range) * 1e6,
         ops_per_s: 1.0 / cost,
+        insert: p.insert,
+        point: p.point,
+        load_write_bytes: p.insert.write_bytes,
     }
 }
 
@@ -169,6 +180,9 @@ fn price_betree(model: &Affine, w: &AdviseWorkload, g: Geometry) -> EngineChoice
         write_us: seconds(&p.insert) * 1e6,
         range_us: seconds(&p.range) * 1e6,
         ops_per_s: 1.0 / cost,
+        insert: p.insert,
+        point: p.point,
+        load_write_bytes: (load.leaves + load.internal) * logical,
     }
 }
 
@@ -191,6 +205,9 @@ fn price_lsm(model: &Affine, w: &AdviseWorkload, cfg: lsm::Config) -> EngineChoi
         write_us: write * 1e6,
         range_us: seconds(&p.range) * 1e6,
         ops_per_s: 1.0 / cost,
+        insert: p.insert,
+        point: p.point,
+        load_write_bytes: p.insert.write_bytes,
     }
 }
 

@@ -13,7 +13,8 @@
 //!   paper's, and so is Corollary 12's design F = 1/(α ln 1/α), B = F².
 //! - Table 3's sensitivity: insert and query cost against node size for both trees (the
 //!   Bε-tree's by the engine's account, with Theorem 9's insert beside it).
-//! - Seed 002's table: IOPS by block size from the profile's measured points, hops = log_b N and
+//! - Seed 002's table: IOPS by block size from the profile's measured points (its block-size
+//!   benchmark's from 512 B, with power-law offsets beside uniform ones), hops = log_b N and
 //!   queries per second.
 //!
 //! Invariants: recommendations are always sizes the engines accept; ties (costs within 1e-9
@@ -270,10 +271,19 @@ pub struct IopsRow {
     /// log_b N: IOs per query with nothing cached.
     pub hops: f64,
     pub queries_per_s: f64,
+    /// IOPS and queries per second with power-law offsets (seed 002's second curve), where the
+    /// profile measured the block size (`profile::blocks`: 512 B .. 64 KiB).
+    #[serde(default)]
+    pub power_iops: Option<f64>,
+    #[serde(default)]
+    pub power_queries_per_s: Option<f64>,
     /// Reads per query with the workload's cache (from the B+-tree prediction).
     pub cached_hops: f64,
     /// iops / cached_hops; None when nothing is read.
     pub cached_queries_per_s: Option<f64>,
+    /// The seed's pick: the most queries per second with nothing cached.
+    #[serde(default)]
+    pub best: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -413,22 +423,33 @@ fn betree_rows(model: &Affine, w: &Workload, cache: u64) -> Vec<(BeTreeRow, Pred
 
 fn iops_table(profile: &DeviceProfile, w: &Workload, cache: u64) -> Vec<IopsRow> {
     let model = profile.affine_model();
-    let measured: Vec<(u64, f64, bool)> = if profile.affine.points.is_empty() {
+    // (block, uniform latency, power-law latency, measured), by block size: the block-size
+    // benchmark's points where it has them (both curves from one run), else the affine
+    // benchmark's, else the model.
+    let mut points: Vec<(u64, f64, Option<f64>, bool)> = if profile.affine.points.is_empty() {
         powers(4 << 10, 16 << 20)
-            .map(|b| (b, model.cost(b), false))
+            .map(|b| (b, model.cost(b), None, false))
             .collect()
     } else {
         profile
             .affine
             .points
             .iter()
-            .map(|p| (p.bytes, p.mean_s, true))
+            .map(|p| (p.bytes, p.mean_s, None, true))
             .collect()
     };
+    for b in &profile.blocks {
+        let row = (b.bytes, b.uniform_s, Some(b.power_s), true);
+        match points.iter_mut().find(|p| p.0 == b.bytes) {
+            Some(p) => *p = row,
+            None => points.push(row),
+        }
+    }
+    points.sort_by_key(|p| p.0);
     let n = w.keys.max(2) as f64;
-    measured
+    let mut rows: Vec<IopsRow> = points
         .into_iter()
-        .map(|(block, latency, measured)| {
+        .map(|(block, latency, power, measured)| {
             let iops = 1.0 / latency;
             let b = block as f64 / (w.key_bytes + 10) as f64;
             let hops = (n.ln() / b.ln()).max(1.0);
@@ -440,11 +461,21 @@ fn iops_table(profile: &DeviceProfile, w: &Workload, cache: u64) -> Vec<IopsRow>
                 keys_per_node: b,
                 hops,
                 queries_per_s: iops / hops,
+                power_iops: power.map(|p| 1.0 / p),
+                power_queries_per_s: power.map(|p| 1.0 / p / hops),
                 cached_hops: cached,
                 cached_queries_per_s: (cached > 1e-9).then(|| iops / cached),
+                best: false,
             }
         })
-        .collect()
+        .collect();
+    if let Some(best) = rows
+        .iter_mut()
+        .max_by(|a, b| a.queries_per_s.total_cmp(&b.queries_per_s))
+    {
+        best.best = true;
+    }
+    rows
 }
 
 /// Node sizes for both engines from a device profile and a workload.
@@ -641,13 +672,28 @@ pub fn auto_geometry(
     cache_bytes: u64,
     checkpoint_wal_bytes: u64,
 ) -> Result<(Geometry, Origin)> {
+    let saved = DeviceProfile::load_saved()?.map(|(_, p)| p);
+    Ok(auto_geometry_with(
+        saved.as_ref(),
+        expected_keys,
+        cache_bytes,
+        checkpoint_wal_bytes,
+    ))
+}
+
+/// `auto_geometry` with the profile given (`None`: no saved profile): the same rule, for
+/// whoever needs to know what geometry an engine opened with a saved profile got.
+pub fn auto_geometry_with(
+    profile: Option<&DeviceProfile>,
+    expected_keys: u64,
+    cache_bytes: u64,
+    checkpoint_wal_bytes: u64,
+) -> (Geometry, Origin) {
     let mut w = Workload::new(expected_keys);
     w.cache_bytes = cache_bytes;
     w.checkpoint_wal_bytes = checkpoint_wal_bytes;
-    match DeviceProfile::load_saved()? {
-        Some((_, profile)) if profile.affine_holds().is_ok() => {
-            Ok((geometry(&profile, &w), Origin::Profile))
-        }
-        _ => Ok((geometry(&DeviceProfile::builtin(), &w), Origin::Builtin)),
+    match profile {
+        Some(p) if p.affine_holds().is_ok() => (geometry(p, &w), Origin::Profile),
+        _ => (geometry(&DeviceProfile::builtin(), &w), Origin::Builtin),
     }
 }
