@@ -1,11 +1,11 @@
 //! Predicted against measured, for strata's engines in the comparison (`rum`): per phase, the
 //! data file's reads and writes per operation and their bytes as the engine counted them,
-//! beside what its cost model (`strata::tune::advise::price`, at the geometry the engine ran
+//! beside what its cost model (`strata::tune::price`, at the geometry the engine ran
 //! with) predicts, and both priced with the device profile's affine model (s per IO plus t per
 //! byte), so one ratio says how far the model is off.
 //!
-//! What the model prices, phase by phase: the load, an insert (the bytes written averaged over
-//! the load where the engine's model has a load account; reads at the final size); the warm
+//! What the model prices, phase by phase: the load, an insert averaged over the load's sizes
+//! (`predict::load_average`; the LSM-tree's merges played out over the load); the warm
 //! reads, a point query with the cache in its steady state; the mixed phase, half point
 //! queries and half updates (an update costs an insert); the cold reads, a point query with
 //! the cache warm, which the phase, starting from an empty cache, is not: the model does not
@@ -116,18 +116,14 @@ pub fn forecast(
             continue;
         };
         let c = price(pricing, shape, &w);
-        let btree = row.engine.contains("btree") && !row.engine.contains("betree");
         for p in &row.phase_io {
             let (i, q) = (&c.insert, &c.point);
             let (predicted, unclaimed) = match p.phase.as_str() {
-                "load" => (
-                    PerOp::priced(i.reads, i.read_bytes, i.writes, c.load_write_bytes, &m),
-                    btree.then(|| {
-                        "the B+-tree's account prices an insert into the full tree, not the \
-                         load's average"
-                            .to_string()
-                    }),
-                ),
+                "load" => {
+                    let l = &c.load;
+                    let load = PerOp::priced(l.reads, l.read_bytes, l.writes, l.write_bytes, &m);
+                    (load, None)
+                }
                 "reads" => (PerOp::priced(q.reads, q.read_bytes, 0.0, 0.0, &m), None),
                 "mixed" => (
                     PerOp::priced(
@@ -255,9 +251,7 @@ mod tests {
             if r.phase.starts_with("reads") {
                 assert_eq!(r.predicted.write_bytes, 0.0);
             }
-            let named =
-                r.phase == "reads-cold" || (r.phase == "load" && r.engine == "strata-btree");
-            assert_eq!(r.unclaimed.is_some(), named, "{r:?}");
+            assert_eq!(r.unclaimed.is_some(), r.phase == "reads-cold", "{r:?}");
         }
         // The Bε-tree's load writes what its load account says, beyond the cache.
         let be = f

@@ -807,8 +807,42 @@ pub struct LoadWa {
     pub marginal: f64,
 }
 
-/// Sizes of the tree at which `betree_load` prices an insert (midpoint rule over the load).
+/// Sizes of the tree at which `betree_load` and `load_average` price an insert (midpoint rule
+/// over the load).
 const LOAD_STEPS: usize = 32;
+
+/// The IO of an insert averaged over a load of `inp.records` records into an empty tree, as
+/// `insert` prices one at each size: what a load costs per record, where the insert at the
+/// final size is what the next one costs. (For the Bε-tree's `betree_engine` its write bytes
+/// are `betree_load`'s leaves and internal nodes.)
+pub fn load_average(
+    inp: &PredictInput,
+    m: &Affine,
+    insert: impl Fn(&PredictInput, &Affine) -> OpCost,
+) -> OpCost {
+    let n = inp.records.max(1) as f64;
+    let mut sum = OpCost::default();
+    for s in 0..LOAD_STEPS {
+        let mut i = inp.clone();
+        i.records = ((n * (s as f64 + 0.5) / LOAD_STEPS as f64).round() as u64).max(1);
+        let c = insert(&i, m);
+        sum.reads += c.reads;
+        sum.read_bytes += c.read_bytes;
+        sum.writes += c.writes;
+        sum.write_bytes += c.write_bytes;
+        sum.seconds += c.seconds;
+        sum.cpu_seconds += c.cpu_seconds;
+    }
+    let k = LOAD_STEPS as f64;
+    OpCost {
+        reads: sum.reads / k,
+        read_bytes: sum.read_bytes / k,
+        writes: sum.writes / k,
+        write_bytes: sum.write_bytes / k,
+        seconds: sum.seconds / k,
+        cpu_seconds: sum.cpu_seconds / k,
+    }
+}
 
 /// Write amplification of loading `inp.records` random records into an empty Bε-tree with the
 /// engine's account of its buffers and cache (`Account::Engine`). On the loads measured in

@@ -103,10 +103,10 @@ pub struct EngineChoice {
     /// the workload's cache, once the engine holds all the keys.
     pub insert: OpCost,
     pub point: OpCost,
-    /// Bytes written to the data file per insert averaged over a load of all the keys, where
-    /// the engine's model has a load account (the Bε-tree's `betree_load`, the LSM-tree's
-    /// played-out merges); the B+-tree's is its insert at the final size.
-    pub load_write_bytes: f64,
+    /// An insert averaged over a load of all the keys into an empty engine (the trees':
+    /// `predict::load_average`; the LSM-tree's insert is its load's already, its merges played
+    /// out over the load).
+    pub load: OpCost,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -133,7 +133,8 @@ fn seconds(c: &OpCost) -> f64 {
 
 /// The B+-tree with `node` bytes per node, priced for `w`.
 fn price_btree(model: &Affine, w: &AdviseWorkload, node: u64) -> EngineChoice {
-    let p = predict::btree(&w.trees().input(node, w.cache_bytes), model);
+    let inp = w.trees().input(node, w.cache_bytes);
+    let p = predict::btree(&inp, model);
     let logical = (w.key_bytes + w.value_bytes) as f64;
     let cost = w.cost(seconds(&p.point), seconds(&p.insert), seconds(&p.range));
     EngineChoice {
@@ -151,7 +152,7 @@ fn price_btree(model: &Affine, w: &AdviseWorkload, node: u64) -> EngineChoice {
         ops_per_s: 1.0 / cost,
         insert: p.insert,
         point: p.point,
-        load_write_bytes: p.insert.write_bytes,
+        load: predict::load_average(&inp, model, |i, m| predict::btree(i, m).insert),
     }
 }
 
@@ -182,7 +183,7 @@ fn price_betree(model: &Affine, w: &AdviseWorkload, g: Geometry) -> EngineChoice
         ops_per_s: 1.0 / cost,
         insert: p.insert,
         point: p.point,
-        load_write_bytes: (load.leaves + load.internal) * logical,
+        load: predict::load_average(&inp, model, |i, m| predict::betree_engine(i, m).insert),
     }
 }
 
@@ -207,7 +208,7 @@ fn price_lsm(model: &Affine, w: &AdviseWorkload, cfg: lsm::Config) -> EngineChoi
         ops_per_s: 1.0 / cost,
         insert: p.insert,
         point: p.point,
-        load_write_bytes: p.insert.write_bytes,
+        load: p.insert,
     }
 }
 
