@@ -715,3 +715,70 @@ impl StoredNode for Block {
         any
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::msg::{Body, Msg};
+    use crate::kv::Val;
+
+    fn seg(keys: &[&str], seq: u64) -> Segment {
+        let mut s = Segment::default();
+        for (i, k) in keys.iter().enumerate() {
+            let m = Msg {
+                key: k.as_bytes().to_vec(),
+                seq: seq + i as u64,
+                body: Body::Put(Val::Inline(vec![i as u8; 4])),
+            };
+            s.insert(m, None);
+        }
+        s
+    }
+
+    /// A node of the older internal kind holds fixed-encoding segments: its head reads as the
+    /// compact kind's does, its segments decode in the fixed encoding (and not in the compact
+    /// one), and it is written back in the compact kind.
+    #[test]
+    fn an_internal_node_of_the_older_kind_is_read_and_written_back_compact() {
+        let segs = [seg(&["a", "b", "c"], 1 << 20), seg(&["m", "x"], 7)];
+        let mut pivots = Keys::default();
+        pivots.push(b"m".to_vec());
+        let mut node = Block::Internal(Internal {
+            pivots,
+            children: vec![5, 6],
+            segs: segs
+                .iter()
+                .map(|s| Part::new(s.clone(), s.len() as u32, s.bytes()))
+                .collect(),
+            runs: vec![Vec::new(), Vec::new()],
+            enc: Encoding::Compact,
+        });
+        node.seal(9);
+        let mut head = Vec::new();
+        assert_eq!(node.encode_head(&mut head), KIND_INTERNAL_COMPACT);
+        // The same head under the older kind: the head's layout did not change.
+        let mut old = Block::decode_head(KIND_INTERNAL, &head).unwrap();
+        assert_eq!(old.enc(), Encoding::Fixed);
+        for (i, s) in segs.iter().enumerate() {
+            let (mut fixed, mut compact) = (Vec::new(), Vec::new());
+            s.encode_in(Encoding::Fixed, &mut fixed);
+            s.encode(&mut compact);
+            assert!(
+                old.install(i, &compact).is_err(),
+                "compact bytes in a fixed node"
+            );
+            old.install(i, &fixed).unwrap();
+            let Block::Internal(n) = &old else {
+                unreachable!()
+            };
+            assert_eq!(n.segs[i].get(), s);
+        }
+        old.seal(9);
+        assert_eq!(old.enc(), Encoding::Compact);
+        let mut again = Vec::new();
+        assert_eq!(old.encode_head(&mut again), KIND_INTERNAL_COMPACT);
+        assert_eq!(again, head);
+        assert_eq!(segment_encoding(KIND_RUN), Encoding::Fixed);
+        assert_eq!(segment_encoding(KIND_RUN_COMPACT), Encoding::Compact);
+    }
+}
