@@ -259,3 +259,61 @@ impl Report {
             .collect()
     }
 }
+
+impl Report {
+    /// Seed 001's Figures 1–3 side by side: IOs against the data size (log2 of KiB, so the
+    /// doubling sizes fall evenly) for inserts, searches and range searches, measured and
+    /// predicted, on a log axis. The legend is the first panel's: in the range panel the
+    /// "sequential" lines are the mean of five consecutive queries.
+    pub fn svg(&self) -> String {
+        let line = |engine: &str, op: &str, predicted: bool| -> Vec<(f64, f64)> {
+            self.rows
+                .iter()
+                .filter(|r| r.engine == engine && r.op == op)
+                .filter_map(|r| {
+                    let y = if predicted {
+                        r.predicted_ios?
+                    } else {
+                        r.measured_ios as f64
+                    };
+                    Some(((r.data_bytes as f64 / 1024.0).log2(), y))
+                })
+                .collect()
+        };
+        let panel = |title: &str, random: &str, other: &str| crate::chart::LinePanel {
+            title: title.into(),
+            x_label: "data, log2 KiB (5 = 32 KiB, 15 = 32 MiB)".into(),
+            y_label: "IOs".into(),
+            series: vec![
+                ("B+-tree, random".into(), line("btree", random, false)),
+                (
+                    "B+-tree, random, predicted".into(),
+                    line("btree", random, true),
+                ),
+                ("Bε-tree, random".into(), line("betree", random, false)),
+                (
+                    "Bε-tree, random, predicted".into(),
+                    line("betree", random, true),
+                ),
+                (
+                    "B+-tree, sequential (range: mean of 5)".into(),
+                    line("btree", other, false),
+                ),
+                (
+                    "Bε-tree, sequential (range: mean of 5)".into(),
+                    line("betree", other, false),
+                ),
+            ],
+            x_marker: None,
+        };
+        crate::chart::log_lines_panels(&[
+            panel("insert (Figure 1)", "random insert", "sequential insert"),
+            panel("search (Figure 2)", "random search", "sequential search"),
+            panel(
+                "range search, one query (Figure 3)",
+                "range search",
+                "range search, mean of 5",
+            ),
+        ])
+    }
+}

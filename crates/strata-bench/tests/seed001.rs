@@ -47,6 +47,16 @@ fn seed001_small_sizes() {
             "{e}: {first} then {mean}"
         );
     }
+    // Figures 1–3: three panels, each with the measured and predicted lines.
+    let svg = report.svg();
+    for title in [
+        "insert (Figure 1)",
+        "search (Figure 2)",
+        "range search, one query",
+    ] {
+        assert!(svg.contains(title), "{title}");
+    }
+    assert!(svg.matches("<polyline").count() >= 3 * 4, "{svg}");
     let (size, [ins_m, _, search_m, _]) = *report.ratios().last().unwrap();
     assert_eq!(size, 1 << 20);
     eprintln!("1 MiB: random insert B+/Bε {ins_m:?}, random search Bε/B+ {search_m:?}");

@@ -46,6 +46,9 @@ pub struct Seed001Args {
     /// Print the report as JSON
     #[arg(long)]
     json: bool,
+    /// Also write seed 001's Figures 1-3 (IOs against data size) as SVG to this file
+    #[arg(long, value_name = "FILE")]
+    svg: Option<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -198,6 +201,9 @@ fn seed001_cmd(a: Seed001Args) -> Result<ExitCode, Failure> {
             eprintln!("  {stage}");
         }
     })?;
+    if let Some(path) = &a.svg {
+        std::fs::write(path, report.svg())?;
+    }
     if a.json {
         return print_json(&report).map(|_| ExitCode::SUCCESS);
     }
