@@ -264,7 +264,15 @@ fn seed001_section(a: &ReportArgs, job: &mut Job) -> Result<Section, Failure> {
              range.\n\n```\n{}```",
             crate::bench::render_seed001(&report)
         ),
-        figures: Vec::new(),
+        figures: vec![Figure {
+            file: "seed001.svg".into(),
+            caption: "IOs against the data size for inserts, searches and range searches, \
+                      measured and predicted, B+-tree and Bε-tree (seed 001's Figures 1–3; the \
+                      range panel's second pair of lines is the mean of five consecutive \
+                      queries)."
+                .into(),
+            svg: report.svg(),
+        }],
     })
 }
 

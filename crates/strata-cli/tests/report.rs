@@ -27,6 +27,30 @@ fn ok(args: &[&str]) -> String {
 /// The engines the default build has (no Go: the Go driver has its own test).
 const ENGINES: &str = "strata-betree,strata-btree,redb,lmdb,fjall";
 
+/// `bench seed001 --svg` writes the seed's Figures 1-3 beside the JSON rows.
+#[test]
+fn seed001_writes_its_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("seed001.svg");
+    let out = ok(&[
+        "bench",
+        "seed001",
+        "--max-size",
+        "64KiB",
+        "--svg",
+        svg.to_str().unwrap(),
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    // Two sizes, two engines, six operations.
+    assert_eq!(v["rows"].as_array().unwrap().len(), 2 * 2 * 6);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg"), "{svg}");
+    for title in ["Figure 1", "Figure 2", "Figure 3"] {
+        assert!(svg.contains(title), "{title}");
+    }
+}
+
 #[test]
 fn rum_runs_every_engine_in_its_own_process() {
     let dir = tempfile::tempdir().unwrap();
@@ -156,6 +180,7 @@ fn report_quick_writes_every_section() {
         "profile.json",
         "rum.json",
         "seed001.json",
+        "seed001.svg",
         "sweep.json",
         "tune.json",
     ] {

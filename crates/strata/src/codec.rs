@@ -1,5 +1,7 @@
 //! Encoding and decoding helpers shared by the on-disk formats: `Reader` and its matching
-//! `Writer` (little-endian, fields in order).
+//! `Writer` (little-endian, fields in order), and LEB128 varints (`put_varint`, `varint_len`,
+//! `Reader::varint`), which the LSM-tree's format-2 blocks and the compact message encoding
+//! of `kv::msg` share.
 //!
 //! Every count and length in a decoder's input is untrusted: a decoder reads through `Reader`,
 //! which fails instead of reading past the end, and sizes what it reserves with `capacity`, so
@@ -35,12 +37,21 @@ impl<'a> Reader<'a> {
     pub fn u64(&mut self) -> Result<u64, String> {
         Ok(u64::from_le_bytes(self.bytes(8)?.try_into().unwrap()))
     }
-    /// Bytes read so far.
+    /// A LEB128 varint (`put_varint`): refused if longer than 10 bytes, past 64 bits, or not
+    /// in its shortest form, so that every value has one encoding and decoding then
+    /// re-encoding gives the same bytes.
+    pub fn varint(&mut self) -> Result<u64, String> {
+        let (v, n) =
+            read_varint(&self.p[self.at..]).map_err(|e| format!("{e} at byte {}", self.at))?;
+        self.at += n;
+        Ok(v)
+    }
     /// A key or other short byte string written by `Writer::key`.
     pub fn key(&mut self) -> Result<&'a [u8], String> {
         let n = self.u16()? as usize;
         self.bytes(n)
     }
+    /// Bytes read so far.
     pub fn position(&self) -> usize {
         self.at
     }
@@ -60,6 +71,47 @@ impl<'a> Reader<'a> {
         } else {
             Err(format!("{} trailing bytes", self.p.len() - self.at))
         }
+    }
+}
+
+/// Append `v` as a LEB128 varint: 7 bits a byte, low first, the high bit set on every byte
+/// but the last.
+pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Bytes `put_varint` writes for `v` (1 to 10).
+pub(crate) const fn varint_len(v: u64) -> usize {
+    let bits = 64 - (v | 1).leading_zeros() as usize;
+    bits.div_ceil(7)
+}
+
+/// The varint at the start of `p` and its length in bytes; refused if it runs past `p`, is
+/// longer than 10 bytes or past 64 bits, or is not in its shortest form (a last byte of 0
+/// after others).
+pub(crate) fn read_varint(p: &[u8]) -> Result<(u64, usize), String> {
+    let mut v = 0u64;
+    for (i, &b) in p.iter().enumerate().take(10) {
+        let bits = (b & 0x7f) as u64;
+        if i == 9 && b > 1 {
+            return Err("a varint past 64 bits".into());
+        }
+        v |= bits << (7 * i);
+        if b & 0x80 == 0 {
+            if b == 0 && i > 0 {
+                return Err("a varint not in its shortest form".into());
+            }
+            return Ok((v, i + 1));
+        }
+    }
+    if p.len() >= 10 {
+        Err("a varint longer than 10 bytes".into())
+    } else {
+        Err("truncated inside a varint".into())
     }
 }
 
@@ -102,6 +154,50 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn varints_round_trip_and_only_their_shortest_form_reads() {
+        for v in [
+            0u64,
+            1,
+            127,
+            128,
+            300,
+            16_383,
+            16_384,
+            1 << 21,
+            1 << 28,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let mut b = Vec::new();
+            put_varint(&mut b, v);
+            assert_eq!(b.len(), varint_len(v), "{v}");
+            let mut r = Reader::new(&b);
+            assert_eq!(r.varint().unwrap(), v);
+            r.finish().unwrap();
+            assert!(read_varint(&b[..b.len() - 1]).is_err(), "truncated {v}");
+        }
+        assert_eq!(varint_len(127), 1);
+        assert_eq!(varint_len(128), 2);
+        assert_eq!(varint_len(u64::MAX), 10);
+        // 300 is ac 02; ac 82 00 is 300 too, but longer than it need be.
+        let mut b = Vec::new();
+        put_varint(&mut b, 300);
+        assert_eq!(b, [0xac, 0x02]);
+        assert!(read_varint(&[0xac, 0x82, 0x00])
+            .unwrap_err()
+            .contains("shortest"));
+        assert!(read_varint(&[0x80, 0x00]).is_err());
+        assert!(read_varint(&[0xff; 11]).unwrap_err().contains("64 bits"));
+        let mut past = [0xffu8; 10];
+        past[9] = 0x02;
+        assert!(read_varint(&past).unwrap_err().contains("64 bits"));
+        assert!(Reader::new(&[0x80])
+            .varint()
+            .unwrap_err()
+            .contains("at byte 0"));
+    }
 
     #[test]
     fn what_the_writer_writes_the_reader_reads() {

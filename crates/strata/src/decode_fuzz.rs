@@ -44,7 +44,7 @@ use crate::engines::betree::{BeTree, Geometry, Origin};
 use crate::engines::btree::node::Node as BNode;
 use crate::engines::btree::BTree;
 use crate::error::Error;
-use crate::kv::msg::{Msg, Segment};
+use crate::kv::msg::{Encoding, Msg, Segment};
 use crate::kv::Val;
 use crate::kv::{AddU64, MergeOperator};
 use crate::kv::{Op, WriteBatch};
@@ -403,6 +403,8 @@ struct Corpus {
     betree_extents: Vec<Vec<u8>>,
     blocks: Vec<Vec<u8>>,
     segments: Vec<Vec<u8>>,
+    /// The same segments in the fixed encoding that older internal nodes and runs hold.
+    fixed_segments: Vec<Vec<u8>>,
     basements: Vec<Vec<u8>>,
     superblocks: Vec<Vec<u8>>,
     batches: Vec<Vec<u8>>,
@@ -498,6 +500,7 @@ fn build_corpus() -> Corpus {
         betree_extents: Vec::new(),
         blocks: Vec::new(),
         segments: Vec::new(),
+        fixed_segments: Vec::new(),
         basements: Vec::new(),
         superblocks: Vec::new(),
         batches: Vec::new(),
@@ -565,6 +568,13 @@ fn build_corpus() -> Corpus {
         v.dedup();
         let step = v.len().div_ceil(40).max(1);
         *v = v.iter().step_by(step).cloned().collect();
+    }
+    for s in &c.segments {
+        let mut fixed = Vec::new();
+        Segment::decode(s, Encoding::Compact)
+            .unwrap()
+            .encode_in(Encoding::Fixed, &mut fixed);
+        c.fixed_segments.push(fixed);
     }
     c
 }
@@ -643,9 +653,19 @@ fn resealed(seeds: &'static [Vec<u8>], reseal: fn(&mut [u8])) -> impl Strategy<V
 // The decoders' checks
 
 fn check_segment(input: &[u8]) {
-    let (res, largest) = largest_alloc(|| Segment::decode(input));
+    check_segment_in(input, Encoding::Compact)
+}
+
+fn check_fixed_segment(input: &[u8]) {
+    check_segment_in(input, Encoding::Fixed)
+}
+
+fn check_segment_in(input: &[u8], enc: Encoding) {
+    let (res, largest) = largest_alloc(|| Segment::decode(input, enc));
     let n = input.len();
-    assert_alloc("segment", n, largest, bound(n, size_of::<Msg>(), 11));
+    // A compact message takes as few as 3 bytes (tag, sequence, key length), a fixed one 11.
+    let min = if enc == Encoding::Compact { 3 } else { 11 };
+    assert_alloc("segment", n, largest, bound(n, size_of::<Msg>(), min));
     match res {
         Ok(s) => {
             let points = s.points();
@@ -658,19 +678,22 @@ fn check_segment(input: &[u8]) {
                 assert!(s.lookup(&m.key).any(|x| x == m), "lookup misses {m:?}");
                 // A point query walks the raw bytes instead: the same answer.
                 let want: Vec<Msg> = s.lookup(&m.key).cloned().collect();
-                let got = crate::kv::msg::lookup_encoded_with_ranges(input, &m.key);
+                let got = crate::kv::msg::lookup_encoded_with_ranges(input, &m.key, enc);
                 assert_eq!(got.as_ref(), Ok(&want), "raw lookup of {m:?}");
             }
-            assert_eq!(s.bytes(), n);
             let mut out = Vec::new();
-            s.encode(&mut out);
+            s.encode_in(enc, &mut out);
             assert_eq!(out, input, "re-encoded differently");
+            // Whatever it was read from, its accounting is the compact encoding's.
+            let mut compact = Vec::new();
+            s.encode(&mut compact);
+            assert_eq!(s.bytes(), compact.len());
         }
         Err(what) => {
             assert!(!what.is_empty());
             // Walking bytes that do not decode may fail, but says why and never panics.
             let key = input.get(..8).unwrap_or(input);
-            if let Err(what) = crate::kv::msg::lookup_encoded_with_ranges(input, key) {
+            if let Err(what) = crate::kv::msg::lookup_encoded_with_ranges(input, key, enc) {
                 assert!(!what.is_empty());
             }
         }
@@ -802,7 +825,7 @@ fn check_betree_extent(input: &[u8]) {
     });
     let n = input.len();
     let item = size_of::<Msg>().max(head_item());
-    assert_alloc("Bε-tree extent", n, largest, bound(n, item, 11));
+    assert_alloc("Bε-tree extent", n, largest, bound(n, item, 3));
     match res {
         Ok(node) => {
             check_head_invariants(&node);
@@ -977,7 +1000,7 @@ fn check_engine(file: &[u8], meta: Option<&[u8]>) {
         let _ = engine.stats();
     });
     // Decoded messages are the widest expansion of the bytes read.
-    assert_alloc("engine", n, largest, bound(n, size_of::<Msg>(), 11));
+    assert_alloc("engine", n, largest, bound(n, size_of::<Msg>(), 3));
 }
 
 // ------------------------------------------------------------------------------------------
@@ -986,6 +1009,17 @@ fn check_engine(file: &[u8], meta: Option<&[u8]>) {
 #[test]
 fn segments() {
     fuzz("segment", seeds!(segments), 3, 1500, check_segment);
+}
+
+#[test]
+fn fixed_segments() {
+    fuzz(
+        "fixed segment",
+        seeds!(fixed_segments),
+        3,
+        1000,
+        check_fixed_segment,
+    );
 }
 
 #[test]

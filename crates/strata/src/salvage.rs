@@ -688,6 +688,8 @@ fn raw_scan(data: &dyn Device, out: &mut Sink<'_>, damage: &mut Vec<Damage>) -> 
                 | betree::node::KIND_LEAF
                 | betree::node::KIND_INTERNAL
                 | betree::node::KIND_RUN
+                | betree::node::KIND_INTERNAL_COMPACT
+                | betree::node::KIND_RUN_COMPACT
         );
         if !wanted || header[21..24] != [0, 0, 0] || here + BLOCK_HEADER as u64 + plen > len {
             continue;
@@ -709,7 +711,10 @@ fn raw_scan(data: &dyn Device, out: &mut Sink<'_>, damage: &mut Vec<Damage>) -> 
                     entries.push((k, v));
                 }
             }
-            betree::node::KIND_INTERNAL | betree::node::KIND_RUN => {
+            betree::node::KIND_INTERNAL
+            | betree::node::KIND_RUN
+            | betree::node::KIND_INTERNAL_COMPACT
+            | betree::node::KIND_RUN_COMPACT => {
                 for (k, seq, v) in betree::raw_messages(data, here, kind, payload)? {
                     if msgs.get(&k).is_none_or(|(s, _)| *s < seq) {
                         msgs.insert(k, (seq, v));

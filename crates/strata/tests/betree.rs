@@ -11,7 +11,11 @@ fn key(i: u64) -> Vec<u8> {
 
 /// Deletes are messages too: they shrink the tree only when flushes carry them to the leaves.
 /// With fanout 16 the buffers hold about a tenth of the data, so deleting 97% of the keys must
-/// push most deletes down, and the leaves they empty must merge away.
+/// push most deletes down, and the leaves they empty must merge away: the tree shrinks, and
+/// its leaves hold on average at least the B/4 under which a leaf merges. How far it shrinks
+/// depends on how many deletes a segment holds: with the fixed message encoding (27 bytes a
+/// delete here) 128 leaves became 20 with 2,343 deletes still buffered; with the compact one
+/// (21 bytes) 49, with 8,187 buffered, whose keys the leaves still hold.
 #[test]
 fn deleting_most_keys_merges_leaves() {
     let env = SimEnv::new();
@@ -39,8 +43,12 @@ fn deleting_most_keys_merges_leaves() {
     );
     assert!(full.leaf_nodes > 50, "{full:?}");
     assert!(
-        after.leaf_nodes * 4 < full.leaf_nodes,
+        after.leaf_nodes * 2 < full.leaf_nodes,
         "leaves did not merge: {after:?}"
+    );
+    assert!(
+        after.live_bytes / after.leaf_nodes >= (64 << 10) / 4,
+        "leaves left small: {after:?}"
     );
     let report = db.check().unwrap();
     assert_eq!(report.keys, n / 32);

@@ -229,14 +229,14 @@ fn betree_prediction_hand_computed() {
     assert_eq!(p.point.reads, 2.0);
     assert_eq!(p.point.read_bytes, 8192.0 + 4096.0);
     assert!(close(p.point.seconds, 2.0 * S + T * 12288.0, 1e-12));
-    // Insert: 31-byte messages (8 + 8 + 15), flushes of 65204 / 8 B; at each of the two levels
-    // below the root a flush reads and rewrites a 64 KiB node.
-    let f = 31.0 / (65204.0 / 8.0);
+    // Insert: 23-byte messages (8 + 8 + 7, compact), flushes of 65204 / 8 B; at each of the two
+    // levels below the root a flush reads and rewrites a 64 KiB node.
+    let f = 23.0 / (65204.0 / 8.0);
     assert!(close(p.insert.reads, 2.0 * f, 1e-12));
     assert!(close(p.insert.writes, 2.0 * f, 1e-12));
     assert!(close(p.insert.write_bytes, 2.0 * f * 65536.0, 1e-12));
     // In the paper's normalisation, r·(F/B + αF) per level per element, read and written.
-    let per_level = 31.0 * (8.0 / 65204.0 + (T / S) * 8.0 * 65536.0 / 65204.0);
+    let per_level = 23.0 * (8.0 / 65204.0 + (T / S) * 8.0 * 65536.0 / 65204.0);
     assert!(close(p.insert.normalised(&m), 2.0 * 2.0 * per_level, 1e-9));
 
     // No cache: the heads are read too (the root stays pinned).

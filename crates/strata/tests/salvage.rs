@@ -18,8 +18,9 @@ type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
 const WAL_1: &str = "strata.wal.1";
 const KIND_BE_LEAF: u8 = 18;
-const KIND_BE_INTERNAL: u8 = 19;
-const KIND_RUN: u8 = 20;
+// The kinds written today (segments in the compact encoding); 19 and 20 are still read.
+const KIND_BE_INTERNAL: u8 = 29;
+const KIND_RUN: u8 = 30;
 
 fn btree_opts() -> Options {
     Options::default()
@@ -29,9 +30,10 @@ fn btree_opts() -> Options {
         .checkpoint_wal_bytes(1 << 30)
 }
 
+/// 8 KiB nodes: a leaf of one page takes no runs (`betree::policy`), and salvage must meet runs.
 fn betree_opts() -> Options {
     Options::default()
-        .betree(4 << 10, 4, 1 << 10)
+        .betree(8 << 10, 4, 1 << 10)
         .cache_bytes(64 << 10)
         .merge_operator(AddU64)
         .checkpoint_wal_bytes(1 << 30)

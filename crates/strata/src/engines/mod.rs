@@ -33,6 +33,8 @@ mod tests {
             super::betree::node::KIND_LEAF,
             super::betree::node::KIND_INTERNAL,
             super::betree::node::KIND_RUN,
+            super::betree::node::KIND_INTERNAL_COMPACT,
+            super::betree::node::KIND_RUN_COMPACT,
             super::lsm::table::KIND_TABLE,
             super::lsm::table::KIND_TABLE2,
             super::lsm::table::KIND_MANIFEST,

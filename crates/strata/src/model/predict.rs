@@ -37,9 +37,10 @@ pub const BT_LEAF_ENTRY: f64 = 7.0;
 /// child u64.
 pub const BT_INTERNAL_FIXED: f64 = 12.0;
 pub const BT_SEPARATOR: f64 = 10.0;
-/// betree/msg.rs: a buffered put carries seq u64, tag u8, key length u16 and value length u32
-/// besides key and value.
-pub const BE_MESSAGE_OVERHEAD: f64 = 15.0;
+/// kv/msg.rs, compact encoding: a buffered put carries a tag byte and varints for its sequence
+/// number and its key's and value's lengths besides key and value: 7 bytes for a sequence
+/// number from 2^21 to 2^28 (2M to 268M messages) and key and value under 128 bytes.
+pub const BE_MESSAGE_OVERHEAD: f64 = 7.0;
 /// betree/node.rs: an internal node's head has, per child, id u64 + segment offset u32 + length
 /// u32 + checksum u64 + message count u32, and a pivot (length u16 + key).
 pub const BE_PIVOT_OVERHEAD: f64 = 30.0;
@@ -284,6 +285,10 @@ fn allocate(levels: &mut [Level], cache: f64) {
 /// Flushes a leaf that is not resident takes as runs before one drains them (the engine's rule,
 /// `BeTree::flush`): at most `max_runs`, and their bytes within `run_budget` node sizes.
 fn spills_per_drain(inp: &PredictInput, node: f64, flush: f64) -> f64 {
+    // The engine spills a run only if it takes fewer pages than the leaf (`betree::policy`).
+    if page_round(flush) >= page_round(node) {
+        return 0.0;
+    }
     let fit = (inp.run_budget * node / page_round(flush)).floor();
     fit.clamp(0.0, inp.max_runs as f64)
 }
@@ -541,11 +546,20 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
     let leaf_header = BE_HEADER_FIXED + (b / basement).ceil() * (BE_BASEMENT_OVERHEAD + k);
     // Cache charges: a resident head, then the partitions (segments or basements) on top.
     let header_charge = |h: f64| h + heap * BE_CACHE_NODE;
-    // What an internal node holds in the cache and writes back. The engine flushes each segment
-    // whole when it passes its cap, so under a steady stream of inserts a segment is anywhere
-    // from empty to full, half full on average; the paper counts full nodes.
+    // The engine's segment cap is B/F but at least a page (`betree::config`), so a flush moves
+    // a page where B/F is less. Where even that is more than a segment reaches before its node
+    // fills, the node flushes its heaviest segment when full: with inserts spread over the F
+    // segments, a segment is flushed about every F flushes, holding about 2·buffer/F by then,
+    // and the node stays full.
+    let raised = account == Account::Engine && b / fanout < PAGE as f64;
+    let cap = b.min(PAGE as f64);
+    let fills_first = raised && 2.0 * buffer / fanout < cap;
+    // What an internal node holds in the cache and writes back. Else the engine flushes each
+    // segment whole when it passes its cap, so under a steady stream of inserts a segment is
+    // anywhere from empty to full, half full on average; the paper counts full nodes.
     let (buffered, internal_node) = match account {
         Account::Paper => (buffer, b),
+        Account::Engine if fills_first => (buffer, page_round(internal_header + buffer)),
         Account::Engine => (buffer / 2.0, page_round(internal_header + buffer / 2.0)),
     };
     let buffer_charge = buffered + heap * (buffered / message) * CACHE_ENTRY;
@@ -575,7 +589,11 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
             }
         })
         .collect();
-    let flush = buffer / fanout;
+    let flush = if raised {
+        (2.0 * buffer / fanout).min(cap)
+    } else {
+        buffer / fanout
+    };
     // In the engine, a flush into a leaf that is not resident is spilled as a run (one write of
     // its bytes) while the leaf's runs stay within their budget; the flush after the last spill
     // drains them, reading the leaf and its runs and rewriting the leaf once. Theorem 9's tree

@@ -3,6 +3,7 @@
 //! came from. Fixed when the tree is created and recorded in its metadata.
 
 use super::*;
+use crate::storage::block::PAGE;
 
 /// Where a tree's geometry came from, recorded so that `stats` can say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,9 +95,16 @@ impl Geometry {
     }
 
     /// A segment larger than this is flushed: a query then reads at most about B/F bytes of
-    /// buffer per level (Theorem 9).
+    /// buffer per level (Theorem 9). But never less than a page: a flush costs at least a page
+    /// read and written of the child, and a query reads at least a page, so a cap below a page
+    /// only makes flushes small and buys queries nothing. On small nodes (seed 001's 4 KiB of
+    /// fanout 23, where B/F held 12 messages of 8-byte pairs) the cap is then the node itself:
+    /// a node flushes when full, its heaviest segment, as seed 001's tree flushes a full
+    /// buffer. Nodes of 64 KiB and more with F <= 16 keep B/F.
     pub(super) fn segment_cap(&self) -> usize {
-        (self.node_size / self.fanout).max(EMPTY_SEGMENT + 1)
+        (self.node_size / self.fanout)
+            .max(PAGE as usize)
+            .min(self.node_size)
     }
 
     /// Values longer than this go out of line, so that one value never dominates a segment or

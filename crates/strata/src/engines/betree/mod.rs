@@ -47,7 +47,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
-use crate::kv::msg::{Body, Msg, Scratch, Segment, EMPTY_SEGMENT};
+use crate::kv::msg::{Body, Encoding, Msg, Scratch, Segment, EMPTY_SEGMENT};
 use basement::{Basement, ValRef};
 use node::{read_part, read_whole, Block, Internal, Leaf, Part, Run, RunRef};
 

@@ -16,7 +16,8 @@
 //!                           entries u32; then m - 1 pivots
 //! head of a run:            as a leaf's, its partitions being segments (chunks of the run
 //!                           by key) instead of basements
-//! segment:                  see `kv::msg::Segment::encode`
+//! segment:                  see `kv::msg` (compact in the kinds written today; the fixed
+//!                           encoding in the older internal and run kinds, still read)
 //! basement:                 see `basement::Basement`
 //! ```
 //! Offsets count from the start of the extent. Child i (or basement i) holds the keys k with
@@ -32,15 +33,29 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 use super::basement::Basement;
 use crate::codec::Reader;
 use crate::error::{Error, Result};
-use crate::kv::msg::Segment;
+use crate::kv::msg::{Encoding, Segment};
 use crate::kv::{Filter, Keys};
 use crate::storage::block::{self, kind, BLOCK_HEADER};
 use crate::storage::{Chunk, NodeId, Pager, Sealed, StoredNode};
 
-/// Block kinds of the Bε-tree's nodes and runs (after the B+-tree's).
+/// Block kinds of the Bε-tree's nodes and runs (after the B+-tree's). Internal nodes and runs
+/// are written in the `_COMPACT` kinds, whose segments use `kv::msg`'s compact encoding; the
+/// older kinds, with fixed-width segments, are still read, and a node of an older kind is
+/// written back in the compact kind.
 pub const KIND_LEAF: u8 = kind::ENGINE_FIRST + 2;
 pub const KIND_INTERNAL: u8 = kind::ENGINE_FIRST + 3;
 pub const KIND_RUN: u8 = kind::ENGINE_FIRST + 4;
+pub const KIND_INTERNAL_COMPACT: u8 = kind::ENGINE_FIRST + 13;
+pub const KIND_RUN_COMPACT: u8 = kind::ENGINE_FIRST + 14;
+
+/// The encoding of the segments of a node of kind `k` (internal nodes and runs).
+pub fn segment_encoding(k: u8) -> Encoding {
+    if k == KIND_INTERNAL || k == KIND_RUN {
+        Encoding::Fixed
+    } else {
+        Encoding::Compact
+    }
+}
 
 /// Nodes up to this size are read whole on a miss: below about the device's half-bandwidth
 /// point (1/α ≈ 60–130 KiB here) a second, partial read costs more than reading the rest.
@@ -129,6 +144,9 @@ pub struct Internal {
     pub segs: Vec<Part<Segment>>,
     /// Per child, its spilled runs, oldest first (empty unless the child is a leaf).
     pub runs: Vec<Vec<RunRef>>,
+    /// How the segments on disk (at their `loc`, and held `raw`) are encoded: fixed for a node
+    /// read from an older kind until it is written again.
+    pub enc: Encoding,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -154,6 +172,8 @@ pub enum Block {
 pub struct Run {
     pub pivots: Keys,
     pub chunks: Vec<Part<Segment>>,
+    /// As `Internal::enc`.
+    pub enc: Encoding,
 }
 
 impl Run {
@@ -161,6 +181,7 @@ impl Run {
         let mut run = Run {
             pivots: Keys::default(),
             chunks: Vec::new(),
+            enc: Encoding::Compact,
         };
         for (first, piece) in seg.cut(chunk) {
             if let Some(k) = first {
@@ -257,6 +278,15 @@ impl Block {
         self.loaded(i) || self.raw(i).is_some()
     }
 
+    /// How this node's segments on disk and held raw are encoded (a leaf has none).
+    pub fn enc(&self) -> Encoding {
+        match self {
+            Block::Internal(n) => n.enc,
+            Block::Run(r) => r.enc,
+            Block::Leaf(_) => Encoding::Compact,
+        }
+    }
+
     /// Partition i's raw bytes, if it is held raw (segments only).
     fn raw(&self, i: usize) -> Option<&[u8]> {
         match self {
@@ -328,9 +358,10 @@ impl Block {
 
     /// Decode partition i's bytes (already checked against its checksum) and make it resident.
     pub fn install(&mut self, i: usize, bytes: &[u8]) -> std::result::Result<(), String> {
+        let enc = self.enc();
         match self {
             Block::Internal(Internal { segs, .. }) | Block::Run(Run { chunks: segs, .. }) => {
-                let seg = Segment::decode(bytes)?;
+                let seg = Segment::decode(bytes, enc)?;
                 if seg.len() as u32 != segs[i].count {
                     return Err(format!(
                         "segment {i} holds {} messages, head says {}",
@@ -382,7 +413,7 @@ impl Block {
                         }
                     }
                 }
-                KIND_INTERNAL
+                KIND_INTERNAL_COMPACT
             }
             Block::Leaf(l) => {
                 encode_parts(&l.bases, &l.pivots, out);
@@ -390,7 +421,7 @@ impl Block {
             }
             Block::Run(r) => {
                 encode_parts(&r.chunks, &r.pivots, out);
-                KIND_RUN
+                KIND_RUN_COMPACT
             }
         }
     }
@@ -399,7 +430,7 @@ impl Block {
         let mut r = Reader::new(p);
         let n = r.u32()? as usize;
         let node = match k {
-            KIND_INTERNAL => {
+            KIND_INTERNAL | KIND_INTERNAL_COMPACT => {
                 let cap = r.capacity(n, CHILD_LEN);
                 let mut children = Vec::with_capacity(cap);
                 let mut segs = Vec::with_capacity(cap);
@@ -431,6 +462,7 @@ impl Block {
                     children,
                     segs,
                     runs,
+                    enc: segment_encoding(k),
                 })
             }
             KIND_LEAF => {
@@ -438,10 +470,14 @@ impl Block {
                 let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
                 Block::Leaf(Leaf { pivots, bases })
             }
-            KIND_RUN => {
+            KIND_RUN | KIND_RUN_COMPACT => {
                 let chunks = decode_parts(&mut r, n)?;
                 let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
-                Block::Run(Run { pivots, chunks })
+                Block::Run(Run {
+                    pivots,
+                    chunks,
+                    enc: segment_encoding(k),
+                })
             }
             k => return Err(format!("block kind {k} is not a Bε-tree node")),
         };
@@ -617,7 +653,12 @@ impl StoredNode for Block {
             loc
         };
         let tail = match self {
-            Block::Internal(Internal { segs, .. }) | Block::Run(Run { chunks: segs, .. }) => {
+            Block::Internal(Internal { segs, enc, .. })
+            | Block::Run(Run {
+                chunks: segs, enc, ..
+            }) => {
+                // Written in the compact encoding, whatever kind it was read from.
+                *enc = Encoding::Compact;
                 let mut buf = Vec::with_capacity(segs.iter().map(|s| s.bytes).sum());
                 for s in segs {
                     let start = buf.len();
@@ -672,5 +713,72 @@ impl StoredNode for Block {
             }),
         }
         any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::msg::{Body, Msg};
+    use crate::kv::Val;
+
+    fn seg(keys: &[&str], seq: u64) -> Segment {
+        let mut s = Segment::default();
+        for (i, k) in keys.iter().enumerate() {
+            let m = Msg {
+                key: k.as_bytes().to_vec(),
+                seq: seq + i as u64,
+                body: Body::Put(Val::Inline(vec![i as u8; 4])),
+            };
+            s.insert(m, None);
+        }
+        s
+    }
+
+    /// A node of the older internal kind holds fixed-encoding segments: its head reads as the
+    /// compact kind's does, its segments decode in the fixed encoding (and not in the compact
+    /// one), and it is written back in the compact kind.
+    #[test]
+    fn an_internal_node_of_the_older_kind_is_read_and_written_back_compact() {
+        let segs = [seg(&["a", "b", "c"], 1 << 20), seg(&["m", "x"], 7)];
+        let mut pivots = Keys::default();
+        pivots.push(b"m".to_vec());
+        let mut node = Block::Internal(Internal {
+            pivots,
+            children: vec![5, 6],
+            segs: segs
+                .iter()
+                .map(|s| Part::new(s.clone(), s.len() as u32, s.bytes()))
+                .collect(),
+            runs: vec![Vec::new(), Vec::new()],
+            enc: Encoding::Compact,
+        });
+        node.seal(9);
+        let mut head = Vec::new();
+        assert_eq!(node.encode_head(&mut head), KIND_INTERNAL_COMPACT);
+        // The same head under the older kind: the head's layout did not change.
+        let mut old = Block::decode_head(KIND_INTERNAL, &head).unwrap();
+        assert_eq!(old.enc(), Encoding::Fixed);
+        for (i, s) in segs.iter().enumerate() {
+            let (mut fixed, mut compact) = (Vec::new(), Vec::new());
+            s.encode_in(Encoding::Fixed, &mut fixed);
+            s.encode(&mut compact);
+            assert!(
+                old.install(i, &compact).is_err(),
+                "compact bytes in a fixed node"
+            );
+            old.install(i, &fixed).unwrap();
+            let Block::Internal(n) = &old else {
+                unreachable!()
+            };
+            assert_eq!(n.segs[i].get(), s);
+        }
+        old.seal(9);
+        assert_eq!(old.enc(), Encoding::Compact);
+        let mut again = Vec::new();
+        assert_eq!(old.encode_head(&mut again), KIND_INTERNAL_COMPACT);
+        assert_eq!(again, head);
+        assert_eq!(segment_encoding(KIND_RUN), Encoding::Fixed);
+        assert_eq!(segment_encoding(KIND_RUN_COMPACT), Encoding::Compact);
     }
 }

@@ -83,7 +83,7 @@ impl BeTree {
             let runs: Vec<NodeId> = {
                 let g = pin.read();
                 let n = internal(&g);
-                take(&n.segs[i], probe, &collect, &mut msgs)
+                take(&n.segs[i], n.enc, probe, &collect, &mut msgs)
                     .map_err(|what| self.corrupt(pin.id(), format!("segment {i}: {what}")))?;
                 n.runs[i]
                     .iter()
@@ -105,7 +105,7 @@ impl BeTree {
                     let Block::Run(r) = &*g else {
                         unreachable!("checked above")
                     };
-                    take(&r.chunks[c], probe, &collect, &mut msgs)
+                    take(&r.chunks[c], r.enc, probe, &collect, &mut msgs)
                         .map_err(|what| self.corrupt(id, format!("chunk {c}: {what}")))?;
                 }
             }
@@ -118,13 +118,14 @@ impl BeTree {
 /// point query, the messages for its key found in the raw bytes.
 fn take(
     part: &Part<Segment>,
+    enc: Encoding,
     probe: Option<&[u8]>,
     collect: &impl Fn(&Segment, &mut Vec<Msg>),
     out: &mut Vec<Msg>,
 ) -> std::result::Result<(), String> {
     match (&part.data, &part.raw, probe) {
         (Some(seg), _, _) => collect(seg, out),
-        (None, Some(raw), Some(key)) => out.extend(lookup_encoded_with_ranges(raw, key)?),
+        (None, Some(raw), Some(key)) => out.extend(lookup_encoded_with_ranges(raw, key, enc)?),
         _ => unreachable!("a descent makes the partitions it reads resident"),
     }
     Ok(())

@@ -23,8 +23,8 @@ pub(crate) fn raw_messages(
     // Directory entries: internal (id u64, offset u32, length u32, xxh3 u64, count u32), run
     // (offset u32, length u32, xxh3 u64, count u32).
     let (size, skip) = match k {
-        node::KIND_INTERNAL => (28, 8),
-        node::KIND_RUN => (20, 0),
+        node::KIND_INTERNAL | node::KIND_INTERNAL_COMPACT => (28, 8),
+        node::KIND_RUN | node::KIND_RUN_COMPACT => (20, 0),
         _ => return Ok(Vec::new()),
     };
     let u32_at = |i: usize| {
@@ -55,7 +55,7 @@ pub(crate) fn raw_messages(
         if xxhash_rust::xxh3::xxh3_64(&part) != sum {
             continue;
         }
-        let Ok(seg) = Segment::decode(&part) else {
+        let Ok(seg) = Segment::decode(&part, node::segment_encoding(k)) else {
             continue;
         };
         for m in seg.points() {
@@ -335,7 +335,7 @@ impl BeTree {
             // loading a node checks everything.
             let k = self.store.pager().read_part(id, 20, 1).ok().map(|b| b[0]);
             match k {
-                Some(node::KIND_RUN) => {
+                Some(node::KIND_RUN | node::KIND_RUN_COMPACT) => {
                     let (mut msgs, first) = (Vec::new(), w.lost.len());
                     self.salvage_run(id, None, None, &mut msgs, w)?;
                     for d in &mut w.lost[first..] {
@@ -351,38 +351,39 @@ impl BeTree {
                         }
                     }
                 }
-                Some(node::KIND_LEAF | node::KIND_INTERNAL) => match self.store.get(id) {
-                    Ok(pin) => {
-                        let key = match &*pin.read() {
-                            Block::Internal(n) => {
-                                below.extend(n.children.iter().copied());
-                                n.pivots.first().map(<[u8]>::to_vec)
-                            }
-                            Block::Leaf(l) => l.pivots.first().map(<[u8]>::to_vec),
-                            Block::Run(_) => None,
-                        };
-                        let key = match key {
-                            Some(k) => Some(k),
-                            // A leaf of one basement: its first entry.
-                            None if pin.read().is_leaf() => {
-                                self.load_part(&pin, 0)
+                Some(node::KIND_LEAF | node::KIND_INTERNAL | node::KIND_INTERNAL_COMPACT) => {
+                    match self.store.get(id) {
+                        Ok(pin) => {
+                            let key = match &*pin.read() {
+                                Block::Internal(n) => {
+                                    below.extend(n.children.iter().copied());
+                                    n.pivots.first().map(<[u8]>::to_vec)
+                                }
+                                Block::Leaf(l) => l.pivots.first().map(<[u8]>::to_vec),
+                                Block::Run(_) => None,
+                            };
+                            let key = match key {
+                                Some(k) => Some(k),
+                                // A leaf of one basement: its first entry.
+                                None if pin.read().is_leaf() => self
+                                    .load_part(&pin, 0)
                                     .ok()
                                     .and_then(|_| match &*pin.read() {
                                         Block::Leaf(l) => {
                                             l.bases[0].get().first_key().map(<[u8]>::to_vec)
                                         }
                                         _ => None,
-                                    })
-                            }
-                            None => None,
-                        };
-                        tops.push((id, key));
+                                    }),
+                                None => None,
+                            };
+                            tops.push((id, key));
+                        }
+                        Err(e) => {
+                            w.seen.insert(id);
+                            w.lose(Damage::new("node below a damaged node", Some(id), e));
+                        }
                     }
-                    Err(e) => {
-                        w.seen.insert(id);
-                        w.lose(Damage::new("node below a damaged node", Some(id), e));
-                    }
-                },
+                }
                 _ => {}
             }
         }

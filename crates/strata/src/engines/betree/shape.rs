@@ -92,6 +92,7 @@ impl BeTree {
                         children: n.children.split_off(at),
                         segs: n.segs.split_off(at),
                         runs: n.runs.split_off(at),
+                        enc: Encoding::Compact,
                     };
                     out.push((sep, Block::Internal(right)));
                 }
@@ -239,6 +240,7 @@ impl BeTree {
                     children: vec![root.id()],
                     segs: vec![empty_seg()],
                     runs: vec![Vec::new()],
+                    enc: Encoding::Compact,
                 };
                 let pieces = self.split(&root);
                 self.store.mark_dirty(&root);

@@ -8,7 +8,7 @@
 //! message: shared varint | unshared varint | key suffix | tag u8 | seq varint |
 //!          for a put (tag 1) or an upsert (tag 4): length varint, bytes
 //! ```
-//! Varints are LEB128 (7 bits a byte, low first, at most 10 bytes). `shared` is how many leading
+//! Varints are LEB128 (7 bits a byte, low first, at most 10 bytes, shortest form; `codec`). `shared` is how many leading
 //! bytes the key has in common with the previous message's key; every `RESTART`-th message
 //! (0, 16, 32, ...) is a restart: `shared` is 0 and its offset is in the restart list.
 //! Invariants (checked by `decode`): messages in (key, seq) order; a restart at exactly every
@@ -19,6 +19,7 @@
 
 use std::cmp::Ordering;
 
+use crate::codec::{put_varint, read_varint};
 use crate::kv::msg::{Body, Msg};
 use crate::kv::Val;
 
@@ -27,14 +28,6 @@ pub const RESTART: usize = 16;
 
 /// An empty block's bytes: no restarts, no messages.
 pub const EMPTY_BLOCK: usize = 8;
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
 
 /// A cursor over a block's message bytes; every read is bounds-checked.
 struct Cur<'a> {
@@ -52,15 +45,9 @@ impl<'a> Cur<'a> {
         Ok(b)
     }
     fn varint(&mut self) -> Result<u64, String> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(format!("a varint longer than 10 bytes at {}", self.at))
+        let (v, n) = read_varint(&self.p[self.at..]).map_err(|e| format!("{e} at {}", self.at))?;
+        self.at += n;
+        Ok(v)
     }
     fn len(&mut self) -> Result<usize, String> {
         let n = self.varint()?;
@@ -445,7 +432,7 @@ mod tests {
 #[cfg(test)]
 mod timing {
     use super::*;
-    use crate::kv::msg::{lookup_encoded, Segment};
+    use crate::kv::msg::{lookup_encoded, Encoding, Segment};
 
     #[test]
     #[ignore]
@@ -471,7 +458,7 @@ mod timing {
             seg.insert(m.clone(), None);
         });
         let mut one = Vec::new();
-        seg.encode(&mut one);
+        seg.encode_in(Encoding::Fixed, &mut one);
         let time = |f: &dyn Fn(&[u8]) -> usize| {
             let rounds = 200_000;
             let t = std::time::Instant::now();
@@ -482,7 +469,7 @@ mod timing {
             assert_eq!(n, rounds);
             t.elapsed().as_nanos() as f64 / rounds as f64
         };
-        let ns1 = time(&|k| lookup_encoded(&one, k).unwrap().len());
+        let ns1 = time(&|k| lookup_encoded(&one, k, Encoding::Fixed).unwrap().len());
         let ns2 = time(&|k| lookup(&two, k).unwrap().len());
         println!(
             "format 1: {} bytes, {ns1:.0} ns a lookup; format 2: {} bytes, {ns2:.0} ns",

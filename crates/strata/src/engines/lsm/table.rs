@@ -35,8 +35,8 @@ use super::block;
 use crate::codec::{Reader, Writer};
 use crate::error::{Error, Result};
 #[cfg(test)]
-use crate::kv::msg::EMPTY_SEGMENT;
-use crate::kv::msg::{lookup_encoded, Body, Msg, Segment};
+use crate::kv::msg::EMPTY_FIXED_SEGMENT;
+use crate::kv::msg::{lookup_encoded, Body, Encoding, Msg, Segment};
 use crate::kv::{shortest_separator, Filter, Keys};
 use crate::storage::block::{kind, BLOCK_HEADER};
 use crate::storage::{Chunk, NodeId, Pager, Sealed, StoredNode};
@@ -137,7 +137,7 @@ impl Table {
     ) -> Result<Vec<Msg>> {
         let bad = |what: String| self.block_error(file, base, id, i, what);
         let points = if self.kind == KIND_TABLE {
-            let seg = Segment::decode(bytes).map_err(bad)?;
+            let seg = Segment::decode(bytes, Encoding::Fixed).map_err(bad)?;
             if !seg.ranges().is_empty() {
                 return Err(bad("holds range deletes".into()));
             }
@@ -157,7 +157,7 @@ impl Table {
     /// The messages for `key` in a block's checked bytes, decoding no others.
     pub fn lookup(&self, bytes: &[u8], key: &[u8]) -> std::result::Result<Vec<Msg>, String> {
         if self.kind == KIND_TABLE {
-            lookup_encoded(bytes, key)
+            lookup_encoded(bytes, key, Encoding::Fixed)
         } else {
             block::lookup(bytes, key)
         }
@@ -204,7 +204,7 @@ impl Table {
         }
         let mut out = w.finish();
         for r in &self.ranges {
-            r.encode(&mut out);
+            r.encode_fixed(&mut out);
         }
         out
     }
@@ -263,7 +263,7 @@ impl Table {
         }
         let mut ranges = Vec::with_capacity(r.capacity(nranges, MIN_RANGE));
         for _ in 0..nranges {
-            let m = Msg::decode(&mut r)?;
+            let m = Msg::decode(&mut r, Encoding::Fixed)?;
             if !m.is_range() {
                 return Err("a point message among the range deletes".into());
             }
@@ -335,7 +335,7 @@ impl Open {
     fn new(kind: u8, bytes: usize) -> Open {
         match kind {
             #[cfg(test)]
-            KIND_TABLE => Open::One(vec![0u8; EMPTY_SEGMENT], 0),
+            KIND_TABLE => Open::One(vec![0u8; EMPTY_FIXED_SEGMENT], 0),
             // A block closes once past `bytes`: room for a message or two more.
             _ => Open::Two(block::Writer::with_capacity(bytes + bytes / 8)),
         }
@@ -359,7 +359,7 @@ impl Open {
             Open::Two(w) => w.add(m),
             #[cfg(test)]
             Open::One(b, n) => {
-                m.encode(b);
+                m.encode_fixed(b);
                 *n += 1;
             }
         }
