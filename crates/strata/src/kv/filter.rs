@@ -33,10 +33,6 @@ impl Default for Filter {
     }
 }
 
-fn probes(key: &[u8], nbits: u64, n: u32) -> impl Iterator<Item = u64> {
-    probes_of(xxh3_64(key), nbits, n)
-}
-
 fn probes_of(h: u64, nbits: u64, n: u32) -> impl Iterator<Item = u64> {
     let (a, b) = (h & 0xffff_ffff, (h >> 32) | 1);
     (0..n as u64).map(move |i| a.wrapping_add(i.wrapping_mul(b)) % nbits)
@@ -54,27 +50,33 @@ impl Filter {
         bits_per_key: usize,
     ) -> Filter {
         let nbits = (keys.len() * bits_per_key).max(64).next_multiple_of(8);
-        Filter::fill(keys, nbits, PROBES)
+        Filter::fill(keys.map(Filter::hash), nbits, PROBES)
     }
 
     pub fn build_with<'a>(
         keys: impl ExactSizeIterator<Item = &'a [u8]>,
         bits_per_key: f64,
     ) -> Filter {
-        if bits_per_key < 0.5 || keys.len() == 0 {
+        Filter::build_hashed(keys.map(Filter::hash), bits_per_key)
+    }
+
+    /// `build_with` over the keys' `Filter::hash`es: a builder that sees each key once keeps
+    /// eight bytes a key instead of a copy of it.
+    pub fn build_hashed(hashes: impl ExactSizeIterator<Item = u64>, bits_per_key: f64) -> Filter {
+        if bits_per_key < 0.5 || hashes.len() == 0 {
             return Filter::any();
         }
-        let nbits = ((keys.len() as f64 * bits_per_key).ceil() as usize)
+        let nbits = ((hashes.len() as f64 * bits_per_key).ceil() as usize)
             .max(64)
             .next_multiple_of(8);
         let k = (bits_per_key * std::f64::consts::LN_2).round() as u32;
-        Filter::fill(keys, nbits, k.clamp(1, MAX_PROBES))
+        Filter::fill(hashes, nbits, k.clamp(1, MAX_PROBES))
     }
 
-    fn fill<'a>(keys: impl Iterator<Item = &'a [u8]>, nbits: usize, n: u32) -> Filter {
+    fn fill(hashes: impl Iterator<Item = u64>, nbits: usize, n: u32) -> Filter {
         let mut bits = vec![0u8; nbits / 8];
-        for k in keys {
-            for p in probes(k, nbits as u64, n) {
+        for h in hashes {
+            for p in probes_of(h, nbits as u64, n) {
                 bits[(p / 8) as usize] |= 1 << (p % 8);
             }
         }
@@ -184,6 +186,16 @@ mod tests {
         assert!((500..1_300).contains(&fp[2]), "{fp:?}");
         assert!(fp[3] < 150, "{fp:?}");
         assert_eq!(false_positives(0.2), 100_000, "no filter under half a bit");
+    }
+
+    #[test]
+    fn built_from_hashes_is_built_from_keys() {
+        let keys: Vec<Vec<u8>> = (0..3_000u32).map(|i| i.to_be_bytes().to_vec()).collect();
+        for bits in [0.2, 3.0, 10.0, 17.5] {
+            let f = Filter::build_with(keys.iter().map(|k| k.as_slice()), bits);
+            let h = Filter::build_hashed(keys.iter().map(|k| Filter::hash(k)), bits);
+            assert_eq!(f, h, "{bits} bits");
+        }
     }
 
     #[test]

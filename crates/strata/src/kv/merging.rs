@@ -40,8 +40,13 @@ pub fn next_group<C: ?Sized>(
         }
         best = match best {
             Some(b) => {
-                let (k, bk) = (&cursors[i].head().key, &cursors[b].head().key);
-                Some(if (k < bk) != reverse && k != bk { i } else { b })
+                // One comparison a cursor: the keys are compared whole once.
+                let ord = cursors[i].head().key.cmp(&cursors[b].head().key);
+                Some(if ord.is_ne() && ord.is_lt() != reverse {
+                    i
+                } else {
+                    b
+                })
             }
             None => Some(i),
         };

@@ -173,6 +173,7 @@ mod tests {
         // A fixed shape, not the default, so that a change of default is not a format change.
         let cfg = Config {
             block_bytes: 16 << 10,
+            l0_runs: 4,
             ..Config::default()
         };
         let meta = encode_meta(&cfg, 7, 1234);

@@ -19,9 +19,38 @@ use crate::kv::{MergeOperator, Val};
 /// memtable's charge against the memory budget is honest.
 pub(super) const OVERHEAD: usize = 64;
 
+/// A key's messages, oldest first. Most keys hold one (a put or a delete): kept inline, so an
+/// insert of a new key allocates no list.
+#[derive(Debug)]
+enum Entry {
+    One(Msg),
+    Many(Vec<Msg>),
+}
+
+impl Entry {
+    fn as_slice(&self) -> &[Msg] {
+        match self {
+            Entry::One(m) => std::slice::from_ref(m),
+            Entry::Many(v) => v,
+        }
+    }
+
+    fn push(&mut self, m: Msg) {
+        match self {
+            Entry::Many(v) => v.push(m),
+            Entry::One(_) => {
+                let Entry::One(first) = std::mem::replace(self, Entry::Many(Vec::new())) else {
+                    unreachable!("matched above")
+                };
+                *self = Entry::Many(vec![first, m]);
+            }
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Memtable {
-    points: BTreeMap<Vec<u8>, Vec<Msg>>,
+    points: BTreeMap<Vec<u8>, Entry>,
     ranges: Vec<Msg>,
     /// Encoded bytes plus overhead of every message held.
     bytes: usize,
@@ -67,14 +96,14 @@ impl Memtable {
         match &m.body {
             Body::Put(_) | Body::Delete => {
                 self.add(&m);
-                if let Some(old) = self.points.insert(m.key.clone(), vec![m]) {
-                    self.drop_msgs(&old);
+                if let Some(old) = self.points.insert(m.key.clone(), Entry::One(m)) {
+                    self.drop_msgs(old.as_slice());
                 }
             }
             Body::Upsert(operand) => {
                 let covered = || self.ranges.iter().any(|r| r.covers(&m.key));
                 let base: Option<Option<&[u8]>> = match self.points.get(&m.key) {
-                    Some(msgs) => match &msgs.last().expect("no empty entries").body {
+                    Some(msgs) => match &msgs.as_slice().last().expect("no empty entries").body {
                         Body::Put(Val::Inline(v)) => Some(Some(v)),
                         Body::Delete => Some(None),
                         _ => None,
@@ -100,7 +129,12 @@ impl Memtable {
                     ),
                     None => {
                         self.add(&m);
-                        self.points.entry(m.key.clone()).or_default().push(m);
+                        match self.points.get_mut(&m.key) {
+                            Some(e) => e.push(m),
+                            None => {
+                                self.points.insert(m.key.clone(), Entry::One(m));
+                            }
+                        }
                     }
                 }
             }
@@ -114,7 +148,7 @@ impl Memtable {
                         .collect();
                     for k in keys {
                         let old = self.points.remove(&k).expect("listed above");
-                        self.drop_msgs(&old);
+                        self.drop_msgs(old.as_slice());
                     }
                 }
                 let (keep, gone): (Vec<Msg>, Vec<Msg>) = std::mem::take(&mut self.ranges)
@@ -134,7 +168,7 @@ impl Memtable {
     /// `key`'s point messages (oldest first), and the sequence numbers of the range deletes
     /// covering it.
     pub fn lookup(&self, key: &[u8]) -> (&[Msg], Vec<u64>) {
-        let points = self.points.get(key).map_or(&[][..], |v| v.as_slice());
+        let points = self.points.get(key).map_or(&[][..], Entry::as_slice);
         let ranges = self
             .ranges
             .iter()
@@ -165,9 +199,9 @@ impl Memtable {
             return Vec::new();
         }
         let range = self.points.range::<[u8], _>((lo, hi));
-        let take = |it: &mut dyn Iterator<Item = (&Vec<u8>, &Vec<Msg>)>| {
+        let take = |it: &mut dyn Iterator<Item = (&Vec<u8>, &Entry)>| {
             it.take(keys)
-                .flat_map(|(_, msgs)| msgs.iter().cloned())
+                .flat_map(|(_, msgs)| msgs.as_slice().iter().cloned())
                 .collect::<Vec<Msg>>()
         };
         if reverse {

@@ -179,11 +179,10 @@ impl Work {
             .runs
             .iter()
             .map(|run| {
-                Box::new(WholeCursor {
-                    dev: dev.clone(),
-                    tables: run.iter().map(|s| (s.info.id, s.ext)).collect(),
-                    buf: VecDeque::new(),
-                }) as Box<dyn Cursor<()>>
+                Box::new(WholeCursor::new(
+                    dev.clone(),
+                    run.iter().map(|s| (s.info.id, s.ext)).collect(),
+                )) as Box<dyn Cursor<()>>
             })
             .collect();
         loop {
@@ -211,40 +210,88 @@ impl Work {
     }
 }
 
-/// A run's messages in key order, a table at a time in one read of its extent.
+/// A run's messages in key order, a table at a time in one read of its extent, decoded a block
+/// at a time: only one block's messages are alive at once, so their allocations are reused
+/// rather than a whole table's held (tens of thousands of small ones, which fragment the heap).
 struct WholeCursor {
     dev: Arc<dyn Device>,
     tables: VecDeque<(NodeId, Extent)>,
+    /// The table being read: its id, extent, head, bytes, and next block to decode.
+    cur: Option<Open>,
     buf: VecDeque<Msg>,
 }
 
+struct Open {
+    id: NodeId,
+    ext: Extent,
+    table: Table,
+    whole: Vec<u8>,
+    next: usize,
+}
+
 impl WholeCursor {
-    /// Read table `id` whole at `ext`, check its head and every block, and take its messages.
-    fn read(&mut self, id: NodeId, ext: Extent) -> Result<()> {
+    fn new(dev: Arc<dyn Device>, tables: VecDeque<(NodeId, Extent)>) -> WholeCursor {
+        WholeCursor {
+            dev,
+            tables,
+            cur: None,
+            buf: VecDeque::new(),
+        }
+    }
+
+    /// Read table `id` whole at `ext` and check its head; its blocks are checked as decoded.
+    fn read(&self, id: NodeId, ext: Extent) -> Result<Open> {
         let file = self.dev.name();
         let mut whole = vec![0u8; ext.len as usize];
         self.dev.read_at(&mut whole, ext.offset)?;
         let (kind, head) = block::open(&whole, id, file, ext.offset)?;
-        let bad = |what: String| Error::corruption(file, ext.offset, format!("table {id}: {what}"));
-        let t = Table::decode_head(kind, head).map_err(bad)?;
-        for i in 0..t.blocks.len() {
-            let bytes = t
-                .slice(&whole, i)
-                .ok_or_else(|| bad(format!("block {i} lies outside its extent")))?;
-            self.buf
-                .extend(t.decode_block(file, ext.offset, id, i, bytes)?);
+        let table = Table::decode_head(kind, head)
+            .map_err(|what| Error::corruption(file, ext.offset, format!("table {id}: {what}")))?;
+        Ok(Open {
+            id,
+            ext,
+            table,
+            whole,
+            next: 0,
+        })
+    }
+
+    /// The next block's messages into `buf`; false when the run has no more blocks.
+    fn next_block(&mut self) -> Result<bool> {
+        loop {
+            if let Some(o) = &mut self.cur {
+                if o.next < o.table.blocks.len() {
+                    let (file, i) = (self.dev.name(), o.next);
+                    o.next += 1;
+                    let bytes = o.table.slice(&o.whole, i).ok_or_else(|| {
+                        Error::corruption(
+                            file,
+                            o.ext.offset,
+                            format!("table {}: block {i} lies outside its extent", o.id),
+                        )
+                    })?;
+                    self.buf
+                        .extend(o.table.decode_block(file, o.ext.offset, o.id, i, bytes)?);
+                    return Ok(true);
+                }
+            }
+            let Some((id, ext)) = self.tables.pop_front() else {
+                self.cur = None;
+                return Ok(false);
+            };
+            // The finished table's buffer goes before the next is read.
+            self.cur = None;
+            self.cur = Some(self.read(id, ext)?);
         }
-        Ok(())
     }
 }
 
 impl Cursor<()> for WholeCursor {
     fn fill(&mut self, _: &mut ()) -> Result<bool> {
         while self.buf.is_empty() {
-            let Some((id, ext)) = self.tables.pop_front() else {
+            if !self.next_block()? {
                 return Ok(false);
-            };
-            self.read(id, ext)?;
+            }
         }
         Ok(true)
     }

@@ -54,7 +54,7 @@ use crate::engine::salvage::{Damage, Sink};
 use crate::engine::{CheckReport, Engine, EngineStats};
 use crate::error::{Error, Result};
 use crate::kv::msg::{Body, Msg};
-use crate::kv::{merge_operator, MergeOperator, Val};
+use crate::kv::{merge_operator, MergeOperator, Op, Val};
 use crate::storage::{Checkpoint, Commit, Device, NodeId, NodeStore, Pager};
 use format::Counters;
 use memtable::Memtable;
@@ -202,8 +202,12 @@ impl Lsm {
     }
 
     fn insert(&mut self, key: &[u8], body: Body) -> Result<()> {
+        self.insert_owned(key.to_vec(), body)
+    }
+
+    fn insert_owned(&mut self, key: Vec<u8>, body: Body) -> Result<()> {
         let m = Msg {
-            key: key.to_vec(),
+            key,
             seq: self.next_seq,
             body,
         };
@@ -266,6 +270,26 @@ impl Engine for Lsm {
             return Ok(());
         }
         self.insert(start, Body::DeleteRange(end.to_vec()))
+    }
+
+    /// As one by one, but the batch's keys and values move into the memtable uncopied.
+    fn apply_batch(&mut self, ops: Vec<Op>) -> Result<()> {
+        for op in ops {
+            match op {
+                Op::Put { key, value } => self.insert_owned(key, Body::Put(Val::Inline(value)))?,
+                Op::Delete { key } => self.insert_owned(key, Body::Delete)?,
+                Op::Upsert { key, operand } => {
+                    merge_operator(&self.merge)?;
+                    self.insert_owned(key, Body::Upsert(operand))?
+                }
+                Op::DeleteRange { start, end } => {
+                    if start < end {
+                        self.insert_owned(start, Body::DeleteRange(end))?
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn scan(

@@ -377,9 +377,15 @@ mod tests {
     }
 
     fn cfg(policy: Policy) -> Config {
+        let c = Config::with(policy, 4);
         Config {
             memtable_bytes: 1 << 20,
-            ..Config::with(policy, 4)
+            l0_runs: if policy == Policy::Leveled {
+                4
+            } else {
+                c.l0_runs
+            },
+            ..c
         }
     }
 

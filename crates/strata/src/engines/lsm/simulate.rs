@@ -24,6 +24,8 @@ use super::policy::{self, pick, Action, Level, Run, TableInfo};
 pub struct LoadSim {
     pub flush_bytes: u64,
     pub merge_write_bytes: u64,
+    /// `merge_write_bytes` by the level merged into (index 1 is level 1).
+    pub merge_bytes_by_target: Vec<u64>,
     pub merges: u64,
     pub trivial_moves: u64,
     /// Levels below level 0 at the end.
@@ -132,7 +134,12 @@ pub fn simulate_load(cfg: &Config, records: u64, entry_bytes: f64) -> LoadSim {
                 })
                 .collect();
             let out = cut(&pieces, table, &mut next_id);
-            sim.merge_write_bytes += out.iter().map(|t| t.bytes).sum::<u64>();
+            let written = out.iter().map(|t| t.bytes).sum::<u64>();
+            sim.merge_write_bytes += written;
+            if sim.merge_bytes_by_target.len() <= job.target {
+                sim.merge_bytes_by_target.resize(job.target + 1, 0);
+            }
+            sim.merge_bytes_by_target[job.target] += written;
             sim.merges += 1;
             policy::install(&mut levels, &job, out);
         }
@@ -192,5 +199,72 @@ mod tests {
             "{sim:?}"
         );
         assert!(sim.trivial_moves > 0, "new levels fill by moves: {sim:?}");
+        assert_eq!(
+            sim.merge_bytes_by_target.iter().sum::<u64>(),
+            sim.merge_write_bytes
+        );
+    }
+
+    /// What loads of 1M, 3M and 10M keys write at the default shape for their budget (16, 64
+    /// and 256 MiB) and beside it, level by level
+    /// (`cargo test -p strata --lib load_shapes -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn load_shapes() {
+        let e = 121.0 + 10.0 / 8.0;
+        for (n, cache) in [
+            (1_000_000u64, 16usize << 20),
+            (3_000_000, 64 << 20),
+            (10_000_000, 256 << 20),
+        ] {
+            let base = Config::for_cache(cache);
+            let data = n as f64 * 116.0;
+            for (name, cfg) in [
+                ("default", base),
+                ("l0_runs 2", Config { l0_runs: 2, ..base }),
+                ("l0_runs 8", Config { l0_runs: 8, ..base }),
+                (
+                    "T 6",
+                    Config {
+                        size_ratio: 6,
+                        ..base
+                    },
+                ),
+                (
+                    "T 16",
+                    Config {
+                        size_ratio: 16,
+                        ..base
+                    },
+                ),
+                (
+                    "memtable x2",
+                    Config {
+                        memtable_bytes: 2 * base.memtable_bytes,
+                        ..base
+                    },
+                ),
+            ] {
+                let sim = simulate_load(&cfg, n, e);
+                let by: Vec<String> = sim
+                    .merge_bytes_by_target
+                    .iter()
+                    .map(|b| format!("{:.2}", *b as f64 / data))
+                    .collect();
+                eprintln!(
+                    "{n} {} MiB {name}: flush {:.2}, merges {:.2} (by level merged into {by:?}), {} merges, {} moves, {} levels",
+                    cache >> 20,
+                    sim.flush_bytes as f64 / data,
+                    sim.merge_write_bytes as f64 / data,
+                    sim.merges,
+                    sim.trivial_moves,
+                    sim.levels
+                );
+                assert_eq!(
+                    sim.merge_bytes_by_target.iter().sum::<u64>(),
+                    sim.merge_write_bytes
+                );
+            }
+        }
     }
 }

@@ -386,7 +386,10 @@ pub struct Builder {
     cur_first: Vec<u8>,
     /// Bytes of the finished blocks.
     done_bytes: usize,
-    keys: Vec<Vec<u8>>,
+    /// Each key's `Filter::hash`, for the filter, and the first and last key added.
+    hashes: Vec<u64>,
+    first: Vec<u8>,
+    last: Option<Vec<u8>>,
     points: u64,
     puts: u64,
 }
@@ -400,7 +403,9 @@ impl Builder {
             cur: Open::new(KIND_TABLE2, block_bytes),
             cur_first: Vec::new(),
             done_bytes: 0,
-            keys: Vec::new(),
+            hashes: Vec::new(),
+            first: Vec::new(),
+            last: None,
             points: 0,
             puts: 0,
         }
@@ -428,7 +433,7 @@ impl Builder {
 
     /// The last key added.
     pub fn last_key(&self) -> Option<&[u8]> {
-        self.keys.last().map(|k| k.as_slice())
+        self.last.as_deref()
     }
 
     fn close_block(&mut self) {
@@ -464,7 +469,17 @@ impl Builder {
             self.points += 1;
             self.puts += matches!(m.body, Body::Put(_)) as u64;
         }
-        self.keys.push(first.key.clone());
+        self.hashes.push(Filter::hash(&first.key));
+        match &mut self.last {
+            Some(last) => {
+                last.clear();
+                last.extend_from_slice(&first.key);
+            }
+            None => {
+                self.first = first.key.clone();
+                self.last = Some(first.key.clone());
+            }
+        }
     }
 
     /// The table with `ranges` (range deletes within its key range) and a filter of
@@ -485,9 +500,9 @@ impl Builder {
             self.done
                 .push((Vec::new(), Open::new(self.kind, 0).finish(), 0));
         }
-        let filter = Filter::build_with(self.keys.iter().map(|k| k.as_slice()), filter_bits);
-        let mut lo: Option<&[u8]> = self.keys.first().map(|k| k.as_slice());
-        let mut hi: Option<&[u8]> = self.keys.last().map(|k| k.as_slice());
+        let filter = Filter::build_hashed(self.hashes.iter().copied(), filter_bits);
+        let mut lo: Option<&[u8]> = self.last.is_some().then_some(self.first.as_slice());
+        let mut hi: Option<&[u8]> = self.last.as_deref();
         for r in &ranges {
             let Body::DeleteRange(end) = &r.body else {
                 unreachable!("ranges only")
