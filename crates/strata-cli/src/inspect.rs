@@ -45,6 +45,9 @@ pub struct DumpArgs {
     /// Show only the top N levels [default: all]
     #[arg(long, value_name = "N")]
     levels: Option<u32>,
+    /// Print the dump as JSON: keys as the CLI prints them (text, other bytes escaped)
+    #[arg(long)]
+    json: bool,
 }
 
 /// A database of either facade.
@@ -150,9 +153,51 @@ pub fn dump(a: DumpArgs) -> Result<ExitCode, Failure> {
     }
     let db = open_existing(&a.db)?;
     let d = db.dump(a.levels.unwrap_or(0))?;
+    if a.json {
+        print_json(&dump_json(&d))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut out = std::io::stdout().lock();
     std::io::Write::write_all(&mut out, render_dump(&d).as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The dump as JSON, field for field (`strata::Dump`), keys escaped as the text shows them.
+pub fn dump_json(d: &strata::Dump) -> serde_json::Value {
+    use serde_json::json;
+    let keys = |ks: &[Vec<u8>]| ks.iter().map(|k| escape(k)).collect::<Vec<_>>();
+    let nodes: Vec<_> = d
+        .nodes
+        .iter()
+        .map(|n| {
+            json!({
+                "level": n.level,
+                "id": n.id,
+                "kind": n.kind,
+                "bytes": n.bytes,
+                "entries": n.entries,
+                "pivots": keys(&n.pivots),
+                "range": n.range.as_ref().map(|(lo, hi)| [escape(lo), escape(hi)]),
+                "run": n.run,
+                "children": n.children.iter().map(|c| json!({
+                    "id": c.id,
+                    "buffered_bytes": c.buffered_bytes,
+                    "buffered_messages": c.buffered_messages,
+                    "runs": c.runs.iter().map(|r| json!({
+                        "id": r.id,
+                        "bytes": r.bytes,
+                        "messages": r.messages,
+                    })).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "engine": d.engine,
+        "height": d.height,
+        "notes": d.notes,
+        "nodes": nodes,
+    })
 }
 
 fn quoted(keys: &[Vec<u8>]) -> String {

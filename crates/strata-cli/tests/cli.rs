@@ -613,6 +613,28 @@ fn dump_shows_the_tree_level_by_level_with_pivots() {
                 "{dump}"
             );
         }
+        // --json: the same nodes, field for field: as many leaves and internal nodes as
+        // `check` counted, the root's pivots one fewer than its children.
+        let j: serde_json::Value =
+            serde_json::from_str(&ok(&["dump", "--db", &db, "--json"])).unwrap();
+        assert_eq!(j["engine"], engine, "{j}");
+        assert_eq!(j["height"], height as u64, "{j}");
+        let nodes = j["nodes"].as_array().unwrap();
+        let kind = |k: &str| nodes.iter().filter(|n| n["kind"] == k).count();
+        assert_eq!(kind("leaf"), check_figure(&check, "leaf nodes"), "{j}");
+        assert_eq!(
+            kind("internal"),
+            check_figure(&check, "internal nodes"),
+            "{j}"
+        );
+        let root = &nodes[0];
+        assert_eq!(root["level"], 0);
+        assert_eq!(
+            root["pivots"].as_array().unwrap().len() + 1,
+            root["children"].as_array().unwrap().len(),
+            "{root}"
+        );
+        assert_eq!(root["children"].as_array().unwrap().len(), children);
         // --levels cuts the walk below the top levels.
         let top = ok(&["dump", "--db", &db, "--levels", "1"]);
         assert!(top.contains(", showing the top 1\n"), "{top}");
@@ -642,6 +664,16 @@ fn dump_shows_the_tree_level_by_level_with_pivots() {
         dump.lines()
             .any(|l| l.starts_with("  table ") && l.contains(", keys \"")),
         "{dump}"
+    );
+    let j: serde_json::Value = serde_json::from_str(&ok(&["dump", "--db", &db, "--json"])).unwrap();
+    assert_eq!(j["engine"], "lsm");
+    assert!(
+        j["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["kind"] == "table" && n["range"].as_array().is_some_and(|r| r.len() == 2)),
+        "{j}"
     );
     let err = fails(&["dump", "--db", &db, "--levels", "0"], 1);
     assert!(err.contains("--levels"), "{err}");
