@@ -126,7 +126,8 @@ impl ProfileConfig {
     }
 }
 
-fn stats(mut xs: Vec<f64>) -> (f64, f64, f64) {
+/// Mean, median and standard deviation of a non-empty sample.
+pub(super) fn stats(mut xs: Vec<f64>) -> (f64, f64, f64) {
     let n = xs.len() as f64;
     let mean = xs.iter().sum::<f64>() / n;
     let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);

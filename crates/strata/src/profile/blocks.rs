@@ -12,7 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::bench::Progress;
+use super::bench::{stats, Progress};
 use super::target::Target;
 use crate::error::Result;
 use crate::model::SplitMix64;
@@ -122,22 +122,10 @@ pub fn measure(
         .map(|((&bytes, [uniform, power]), ios)| BlockPoint {
             bytes,
             ios,
-            uniform_s: median(uniform),
-            power_s: median(power),
+            uniform_s: stats(uniform).1,
+            power_s: stats(power).1,
         })
         .collect())
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    if n == 0 {
-        0.0
-    } else if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
-    }
 }
 
 #[cfg(test)]
