@@ -631,6 +631,30 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
     levels[0].cached = 1.0;
     levels[0].header_cached = 1.0;
 
+    // A leaf that is not resident holds spills/2 runs on average, whose messages are its
+    // newest. A run's messages are distinct keys under random inserts, so each run holds
+    // flush/message of them: the share of a leaf's keys found in its runs is `in_run`.
+    let in_runs = if spills > 0.0 && height >= 2 {
+        spills / 2.0 * flush / message
+    } else {
+        0.0
+    };
+    let in_run = in_runs / (per_leaf + in_runs);
+    // A query whose key has a put or a delete above the leaf (in a segment on its path or in a
+    // run) is settled there and reads no basement (`BeTree::get`); under random inserts of
+    // distinct keys the buffered messages are that share of the keys. The leaf's head is read
+    // all the same, to find the basement the other queries need. Theorem 9 reads the leaf.
+    let buffered_above: f64 = levels[..height - 1]
+        .iter()
+        .map(|l| l.nodes * buffered / message)
+        .sum();
+    // (A leaf small enough to be read whole is read whole either way.)
+    let settled_above = match account {
+        Account::Engine if levels[height - 1].node_bytes > WHOLE_READ_MAX => {
+            (buffered_above / inp.records.max(1) as f64 + in_run).min(1.0)
+        }
+        _ => 0.0,
+    };
     let mut point = OpCost::default();
     for (i, l) in levels.iter().enumerate() {
         let is_leaf = i + 1 == height;
@@ -645,19 +669,16 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
             continue;
         }
         point.read(1.0 - l.header_cached, page_round(head), m);
-        point.read(
-            1.0 - l.cached,
-            if is_leaf { basement_read } else { segment },
-            m,
-        );
+        if is_leaf {
+            point.read((1.0 - l.cached) * (1.0 - settled_above), basement_read, m);
+        } else {
+            point.read(1.0 - l.cached, segment, m);
+        }
     }
-    if spills > 0.0 && height >= 2 {
-        // A leaf that is not resident holds spills/2 runs on average, whose messages are its
-        // newest; a query for one of them reads the run that holds it (its filter lets the key
-        // through): whole if the run is small, else its head and one chunk. A run's messages
-        // are distinct keys under random inserts, so each run holds flush/message of them.
-        let in_runs = spills / 2.0 * flush / message;
-        let share = (1.0 - levels[height - 1].cached) * in_runs / (per_leaf + in_runs);
+    if in_runs > 0.0 {
+        // A query for a key in a run reads the run that holds it (its filter lets the key
+        // through): whole if the run is small, else its head and one chunk.
+        let share = (1.0 - levels[height - 1].cached) * in_run;
         let run = page_round(flush);
         if run <= WHOLE_READ_MAX {
             point.read(share, run, m);
@@ -747,6 +768,8 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
     let touched = 1.0 + (l - 1.0) / per_leaf;
     let leaf_miss = 1.0 - levels[height - 1].cached;
     let mut range = point;
+    // A range reads its first basement whatever the buffers above hold.
+    range.read(leaf_miss * settled_above, basement_read, m);
     if height >= 2 {
         let parent = &levels[height - 2];
         range.read((touched - 1.0) * (1.0 - parent.cached), segment, m);

@@ -374,6 +374,15 @@ fn btree_rows(model: &Affine, w: &Workload, cache: u64) -> Vec<(BTreeRow, Predic
 }
 
 /// The cheapest (fanout, basement) at each Bε-tree node size.
+/// What a Bε-tree's internal nodes take of the cache, by the model's charges.
+fn internal_charge(p: &Prediction) -> f64 {
+    let n = p.levels.len().saturating_sub(1);
+    p.levels[..n]
+        .iter()
+        .map(|l| l.nodes * (l.cache_bytes + l.header_bytes))
+        .sum()
+}
+
 fn betree_rows(model: &Affine, w: &Workload, cache: u64) -> Vec<(BeTreeRow, Prediction)> {
     let mut rows = Vec::new();
     for b in powers(BETREE_MIN_NODE, BETREE_MAX_NODE) {
@@ -384,6 +393,9 @@ fn betree_rows(model: &Affine, w: &Workload, cache: u64) -> Vec<(BeTreeRow, Pred
                 inp.fanout = Some(f);
                 inp.basement_bytes = basement;
                 let p = predict::betree_engine(&inp, model);
+                if cache > 0 && f < BETREE_MAX_FANOUT && internal_charge(&p) > cache as f64 / 2.0 {
+                    continue;
+                }
                 let objective = w.objective(&p);
                 if let Some((row, _)) = &best {
                     // Cold costs only break ties; skip computing them for clear losers.
