@@ -212,7 +212,7 @@ pub(super) fn decode_manifest(p: &[u8], version: u8) -> std::result::Result<Mani
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engines::sda::array::{build, Entry, Head};
+    use crate::engines::sda::array::{build, Encoding, Entry, Head};
 
     /// The superblock bytes of a known configuration, fixed: a change to them is a format
     /// change (bump `META_VERSION` and keep reading the old one).
@@ -325,7 +325,8 @@ mod tests {
         ) {
             let _ = decode_manifest(&bytes, META_VERSION);
             let _ = decode_manifest(&bytes, 2);
-            let _ = Head::decode(&bytes);
+            let _ = Head::decode(&bytes, Encoding::Fixed);
+            let _ = Head::decode(&bytes, Encoding::Varint);
             let _ = VersionTree::decode(&mut Reader::new(&bytes));
             let _ = decode_meta(&bytes, "f");
             let mut tree = VersionTree::new();
@@ -343,6 +344,10 @@ mod tests {
             let (head, _) = build(&entries, 64, 10.0, 9);
             let _ = head.decode_block(0, &bytes);
             let _ = head.decode_block(0, &bad);
+            let mut fixed = head.clone();
+            fixed.encoding = Encoding::Fixed;
+            let _ = fixed.decode_block(0, &bytes);
+            let _ = fixed.decode_block(0, &bad);
         }
     }
 }

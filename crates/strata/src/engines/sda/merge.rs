@@ -25,17 +25,8 @@ use super::*;
 impl Sda {
     /// Write the buffer out as arrays.
     pub(super) fn flush(&mut self) -> Result<()> {
-        let buffer = std::mem::take(&mut self.buffer);
+        let entries = self.buffer.take();
         self.buffered_bytes = 0;
-        let entries: Vec<Entry> = buffer
-            .into_iter()
-            .map(|((key, Reverse(version)), (seq, value))| Entry {
-                key,
-                version,
-                seq,
-                value,
-            })
-            .collect();
         let written: BTreeSet<Version> = entries.iter().map(|e| e.version).collect();
         let mut w_set = BTreeSet::new();
         for x in written {
