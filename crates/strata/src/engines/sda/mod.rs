@@ -27,7 +27,8 @@
 //!
 //! Merges run on the writer's thread, one at a time, between operations (`settle`) and inside
 //! a checkpoint. Files, one concern each: `config`, `format` (metadata and manifest), `array`
-//! (an array on disk and its builder), `policy` (levels, merges, liveness, splits: pure),
+//! (an array on disk, its builder, its blocks parsed in place), `buffer` (the write buffer,
+//! by version), `policy` (levels, merges, liveness, splits: pure),
 //! `merge` (flush and merge IO), `read` (point and range queries), `check`.
 
 pub(crate) mod array;

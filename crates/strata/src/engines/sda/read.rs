@@ -5,12 +5,14 @@
 //! "absent".
 //!
 //! A point query reads one block per array, and only if the array's filter lets the key
-//! through. A range query is a merge of cursors, one per array and one over the buffer's
-//! entries that v sees. A cursor walks its array's blocks in the scan's direction (a key's
+//! through. A range query is a merge of cursors, one per array and one per version of v's
+//! ancestry with buffered writes (the buffer is indexed by version: other branches' writes
+//! are never walked). A cursor walks its array's blocks in the scan's direction (a key's
 //! entries share a block, so a cursor's block holds every entry of its front key), reading
 //! them in runs, one IO each, of 2, 4, then `MAX_RUN_BLOCKS` consecutive blocks (an array
 //! is one sequential extent: this is where the SDA's layout pays on a range); a block is
-//! checked and decoded only when the cursor reaches it. The merge takes the nearest key of
+//! checked and parsed in place (`BlockView`, no copy of its entries) only when the cursor
+//! reaches it; only an answer's key and value are copied out. The merge takes the nearest key of
 //! all fronts, resolves it from every source and stops at `limit` answers, so a scan reads
 //! about `limit` entries' worth of blocks per array plus the rest of its last run, not the
 //! whole range. The last run read from each array is kept (`Recent`, as many runs as there
