@@ -503,6 +503,7 @@ impl Head {
 
 /// The head and the sealed block of an array of `entries` (in `Entry::order`, one per (key,
 /// version), not empty) for node `id`, in the current encoding (varint).
+#[cfg(test)]
 pub fn build(
     entries: &[Entry],
     block_bytes: usize,
@@ -512,8 +513,10 @@ pub fn build(
     build_in(entries, block_bytes, filter_bits, id, Encoding::Varint)
 }
 
-/// `build` in encoding `enc` (tests write the first format with it, to read it back).
-fn build_in(
+/// The head and the sealed block of an array of `entries` (in `Entry::order`, one per (key,
+/// version), not empty) for node `id`, in encoding `enc` (the engine writes varint; tests
+/// write the first format too, to read it back).
+pub fn build_in(
     entries: &[Entry],
     block_bytes: usize,
     filter_bits: f64,

@@ -18,7 +18,7 @@
 
 use std::collections::BTreeSet;
 
-use super::array::{build, Entry};
+use super::array::{build_in, Entry};
 use super::policy::{self, level_for, ArrayInfo};
 use super::*;
 
@@ -156,7 +156,13 @@ impl Sda {
         for p in pieces {
             let out: Vec<Entry> = p.entries.iter().map(|&i| entries[i].clone()).collect();
             let id = self.pager.new_id();
-            let (head, sealed) = build(&out, self.cfg.block_bytes, self.cfg.filter_bits, id);
+            let (head, sealed) = build_in(
+                &out,
+                self.cfg.block_bytes,
+                self.cfg.filter_bits,
+                id,
+                self.encoding,
+            );
             self.pager.write_sealed(id, sealed)?;
             let bytes = self.pager.extent(id).map_or(0, |e| e.len);
             self.counters.merge_write_bytes += bytes;

@@ -81,6 +81,9 @@ pub struct Sda {
     /// no two arrays of a level meet), cleared once `merge_due` finds nothing left. Spares
     /// `settle`, called after every write, a look at every level's sets.
     unsettled: bool,
+    /// How new arrays encode their entries: always varint, but for tests that make arrays of
+    /// the first format to see them read and merged.
+    encoding: array::Encoding,
 }
 
 /// What a buffered entry costs against `buffer_bytes`.
@@ -136,6 +139,7 @@ impl Sda {
             next_seq,
             counters,
             unsettled: true,
+            encoding: array::Encoding::Varint,
         }
     }
 
@@ -719,6 +723,68 @@ mod tests {
             file,
             "the file grew: {s:?} then {s2:?}"
         );
+    }
+
+    /// Arrays of the first, fixed-width entry encoding (written before superblock version 4)
+    /// are read beside varint ones, merged with them, and rewritten as varint arrays; every
+    /// answer stays the reference's.
+    #[test]
+    fn arrays_of_the_first_encoding_are_read_and_merged() {
+        let mut t = fresh(Config::tiny());
+        t.encoding = array::Encoding::Fixed;
+        let mut m = VersionedMap::new();
+        let mut rng = Rng(0x51_7cc1_b727_220a);
+        let step = |t: &mut Sda, m: &mut VersionedMap, rng: &mut Rng, i: u64| {
+            let live: Vec<Version> = m.versions().live().collect();
+            let v = live[rng.below(live.len() as u64) as usize];
+            let key = format!("k{:02}", rng.below(40)).into_bytes();
+            if rng.below(20) == 0 {
+                assert_eq!(t.clone_version(v).unwrap(), m.clone_version(v).unwrap());
+            } else if m.versions().check_writable(v).is_ok() {
+                t.put_at(v, &key, &i.to_be_bytes()).unwrap();
+                m.put_at(v, &key, &i.to_be_bytes()).unwrap();
+            }
+            t.settle().unwrap();
+        };
+        let encodings = |t: &mut Sda| {
+            let ids: Vec<NodeId> = t.arrays().map(|a| a.id).collect();
+            let mut out: Vec<array::Encoding> = ids
+                .into_iter()
+                .map(|id| t.head(id).unwrap().encoding)
+                .collect();
+            out.dedup();
+            out
+        };
+        let same = |t: &mut Sda, m: &VersionedMap| {
+            for v in m.versions().live().collect::<Vec<_>>() {
+                let mut got = Vec::new();
+                t.scan_at(v, Unbounded, Unbounded, false, usize::MAX, &mut got)
+                    .unwrap();
+                assert_eq!(got, m.range_at(v, Unbounded, Unbounded).unwrap(), "at {v}");
+            }
+        };
+        for i in 0..300 {
+            step(&mut t, &mut m, &mut rng, i);
+        }
+        t.checkpoint(1).unwrap();
+        assert_eq!(encodings(&mut t), [array::Encoding::Fixed]);
+        // Reopened, the engine writes varint arrays beside the old ones.
+        let mut t = reopen(t, 2);
+        same(&mut t, &m);
+        for i in 300..340 {
+            step(&mut t, &mut m, &mut rng, i);
+        }
+        t.checkpoint(3).unwrap();
+        let mut both = encodings(&mut t);
+        both.sort_by_key(|e| *e == array::Encoding::Varint);
+        both.dedup();
+        assert_eq!(both, [array::Encoding::Fixed, array::Encoding::Varint]);
+        same(&mut t, &m);
+        t.check().unwrap();
+        t.compact().unwrap();
+        assert_eq!(encodings(&mut t), [array::Encoding::Varint]);
+        same(&mut t, &m);
+        t.check().unwrap();
     }
 
     /// A deleted internal version's entries stay while a live descendant reads them, and go
