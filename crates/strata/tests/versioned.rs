@@ -750,7 +750,7 @@ fn ranges_fetch_pages_as_they_go_from_both_ends() {
         let db = VersionedDb::open_in(&env, opts).unwrap();
         let k = |i: u32| format!("k{i:05}").into_bytes();
         for i in 0..2000 {
-            db.put_at(ROOT_VERSION, k(2 * i), [i as u8; 20]).unwrap();
+            db.put_at(ROOT_VERSION, k(2 * i), [i as u8; 40]).unwrap();
         }
         let a = db.clone_version(ROOT_VERSION).unwrap();
         db.checkpoint().unwrap();

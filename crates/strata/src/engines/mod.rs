@@ -39,6 +39,7 @@ mod tests {
             super::lsm::table::KIND_TABLE2,
             super::lsm::table::KIND_MANIFEST,
             super::sda::array::KIND_ARRAY,
+            super::sda::array::KIND_ARRAY2,
             super::sda::array::KIND_MANIFEST,
             super::cow::node::KIND_LEAF,
             super::cow::node::KIND_INTERNAL,

@@ -5,7 +5,7 @@
 //! every clone.
 //!
 //! ```text
-//! superblock: 0 tag u8 (4) | 1 version u8 (3) | 2 buffer u32 | 6 level-0 entries u32 |
+//! superblock: 0 tag u8 (4) | 1 version u8 (4) | 2 buffer u32 | 6 level-0 entries u32 |
 //!             10 block u32 | 14 filter bits f64 | 22 manifest id u64 | 30 next seq u64 |
 //!             38 flags u8 (1: no density amplification; version 2 on, version 1 has none)
 //! manifest:   flushes u64 | merges u64 | splits u64 | dropped entries u64 |
@@ -17,7 +17,10 @@
 //!             none for an array carried over from a version 2 manifest)]
 //! ```
 //! The superblock's version is the manifest's too: versions 1 and 2 are read without the
-//! reclaim counter and the per-version counts. A newer version is refused, not guessed at.
+//! reclaim counter and the per-version counts. Version 4 has version 3's fields and says the
+//! file may hold arrays of varint entries (`array::KIND_ARRAY2`), which a reader of version 3
+//! cannot read; versions 1 to 3 are still read, and their arrays (`KIND_ARRAY`) with them,
+//! until merges rewrite them. A newer version is refused, not guessed at.
 
 use super::policy::ArrayInfo;
 use super::*;
@@ -26,7 +29,8 @@ use crate::engine::{meta_reader, meta_writer};
 
 /// Version 2 added the flags byte; version 1 (without it) is still read, as flags 0.
 /// Version 3 added the manifest's reclaim counter and each array's entries per version.
-pub(super) const META_VERSION: u8 = 3;
+/// Version 4: arrays of varint entries may be in the file (the manifest is version 3's).
+pub(super) const META_VERSION: u8 = 4;
 #[cfg(test)]
 const META_LEN: usize = 39;
 /// The flag of a configuration without density amplification.
@@ -212,7 +216,7 @@ pub(super) fn decode_manifest(p: &[u8], version: u8) -> std::result::Result<Mani
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engines::sda::array::{build, Entry, Head};
+    use crate::engines::sda::array::{build, Encoding, Entry, Head};
 
     /// The superblock bytes of a known configuration, fixed: a change to them is a format
     /// change (bump `META_VERSION` and keep reading the old one).
@@ -223,7 +227,7 @@ mod tests {
         let hex: String = meta.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(
             hex,
-            "040300020000040000000001000000000000000024400700000000000000d20400000000000000"
+            "040400020000040000000001000000000000000024400700000000000000d20400000000000000"
         );
         let got = decode_meta(&meta, "f").unwrap();
         assert_eq!(got, (Config::tiny(), 7, 1234, META_VERSION));
@@ -242,10 +246,15 @@ mod tests {
             "040100020000040000000001000000000000000024400700000000000000d204000000000000",
         );
         assert_eq!(decode_meta(&v1, "f").unwrap(), (Config::tiny(), 7, 1234, 1));
-        // Version 2: the same bytes as version 3's (its manifest differs).
-        let mut v2 = meta.clone();
-        v2[1] = 2;
-        assert_eq!(decode_meta(&v2, "f").unwrap(), (Config::tiny(), 7, 1234, 2));
+        // Versions 2 and 3: the same bytes as version 4's (their manifests or arrays differ).
+        for old in [2, 3] {
+            let mut v = meta.clone();
+            v[1] = old;
+            assert_eq!(
+                decode_meta(&v, "f").unwrap(),
+                (Config::tiny(), 7, 1234, old)
+            );
+        }
         let mut newer = meta.clone();
         newer[1] = META_VERSION + 1;
         assert!(matches!(
@@ -325,7 +334,8 @@ mod tests {
         ) {
             let _ = decode_manifest(&bytes, META_VERSION);
             let _ = decode_manifest(&bytes, 2);
-            let _ = Head::decode(&bytes);
+            let _ = Head::decode(&bytes, Encoding::Fixed);
+            let _ = Head::decode(&bytes, Encoding::Varint);
             let _ = VersionTree::decode(&mut Reader::new(&bytes));
             let _ = decode_meta(&bytes, "f");
             let mut tree = VersionTree::new();
@@ -343,6 +353,10 @@ mod tests {
             let (head, _) = build(&entries, 64, 10.0, 9);
             let _ = head.decode_block(0, &bytes);
             let _ = head.decode_block(0, &bad);
+            let mut fixed = head.clone();
+            fixed.encoding = Encoding::Fixed;
+            let _ = fixed.decode_block(0, &bytes);
+            let _ = fixed.decode_block(0, &bad);
         }
     }
 }

@@ -18,24 +18,15 @@
 
 use std::collections::BTreeSet;
 
-use super::array::{build, Entry};
+use super::array::{build_in, Entry};
 use super::policy::{self, level_for, ArrayInfo};
 use super::*;
 
 impl Sda {
     /// Write the buffer out as arrays.
     pub(super) fn flush(&mut self) -> Result<()> {
-        let buffer = std::mem::take(&mut self.buffer);
+        let entries = self.buffer.take();
         self.buffered_bytes = 0;
-        let entries: Vec<Entry> = buffer
-            .into_iter()
-            .map(|((key, Reverse(version)), (seq, value))| Entry {
-                key,
-                version,
-                seq,
-                value,
-            })
-            .collect();
         let written: BTreeSet<Version> = entries.iter().map(|e| e.version).collect();
         let mut w_set = BTreeSet::new();
         for x in written {
@@ -165,7 +156,13 @@ impl Sda {
         for p in pieces {
             let out: Vec<Entry> = p.entries.iter().map(|&i| entries[i].clone()).collect();
             let id = self.pager.new_id();
-            let (head, sealed) = build(&out, self.cfg.block_bytes, self.cfg.filter_bits, id);
+            let (head, sealed) = build_in(
+                &out,
+                self.cfg.block_bytes,
+                self.cfg.filter_bits,
+                id,
+                self.encoding,
+            );
             self.pager.write_sealed(id, sealed)?;
             let bytes = self.pager.extent(id).map_or(0, |e| e.len);
             self.counters.merge_write_bytes += bytes;

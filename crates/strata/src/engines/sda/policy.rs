@@ -169,10 +169,9 @@ pub fn live_sets(
     w_set: &[Version],
     tree: &VersionTree,
 ) -> Vec<(Version, Vec<usize>)> {
-    let ancestries: Vec<HashSet<Version>> = w_set
-        .iter()
-        .map(|&w| tree.ancestry(w).into_iter().collect())
-        .collect();
+    // Interval labels: an ancestry question is two comparisons (this loop asks |W| of them
+    // per key; with hashed ancestor sets it was the merges' largest cost at 1,000 versions).
+    let spans = tree.spans();
     let mut live: Vec<Vec<usize>> = vec![Vec::new(); w_set.len()];
     let mut start = 0;
     while start < entries.len() {
@@ -180,8 +179,10 @@ pub fn live_sets(
         while end < entries.len() && entries[end].key == entries[start].key {
             end += 1;
         }
-        for (wi, anc) in ancestries.iter().enumerate() {
-            if let Some(i) = (start..end).find(|&i| anc.contains(&entries[i].version)) {
+        for (wi, &w) in w_set.iter().enumerate() {
+            if let Some(i) =
+                (start..end).find(|&i| spans.is_ancestor_or_self(entries[i].version, w))
+            {
                 live[wi].push(i);
             }
         }

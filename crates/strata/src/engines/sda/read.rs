@@ -5,21 +5,24 @@
 //! "absent".
 //!
 //! A point query reads one block per array, and only if the array's filter lets the key
-//! through. A range query is a merge of cursors, one per array and one over the buffer's
-//! entries that v sees. A cursor walks its array's blocks in the scan's direction (a key's
+//! through. A range query is a merge of cursors, one per array and one per version of v's
+//! ancestry with buffered writes (the buffer is indexed by version: other branches' writes
+//! are never walked). A cursor walks its array's blocks in the scan's direction (a key's
 //! entries share a block, so a cursor's block holds every entry of its front key), reading
 //! them in runs, one IO each, of 2, 4, then `MAX_RUN_BLOCKS` consecutive blocks (an array
 //! is one sequential extent: this is where the SDA's layout pays on a range); a block is
-//! checked and decoded only when the cursor reaches it. The merge takes the nearest key of
+//! checked and parsed in place (`BlockView`, no copy of its entries) only when the cursor
+//! reaches it; only an answer's key and value are copied out. The merge takes the nearest key of
 //! all fronts, resolves it from every source and stops at `limit` answers, so a scan reads
 //! about `limit` entries' worth of blocks per array plus the rest of its last run, not the
 //! whole range. The last run read from each array is kept (`Recent`, as many runs as there
 //! are levels, plus one), so that the next page of a paged scan, which starts inside it, reads
 //! it again neither whole nor at 2 blocks: its next run doubles the kept one.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 
-use super::array::Entry;
+use super::array::BlockView;
+use super::buffer::Writes;
 use super::*;
 use crate::kv::within;
 
@@ -31,8 +34,8 @@ pub(super) const MAX_RUN_BLOCKS: usize = 8;
 struct Run {
     id: NodeId,
     first: usize,
-    bytes: Vec<u8>,
-    blocks: Vec<Option<Arc<Vec<Entry>>>>,
+    bytes: Arc<Vec<u8>>,
+    blocks: Vec<Option<Arc<BlockView>>>,
 }
 
 impl Run {
@@ -62,7 +65,7 @@ impl Recent {
         bound: usize,
         reverse: bool,
         keep: usize,
-    ) -> Result<Arc<Vec<Entry>>> {
+    ) -> Result<Arc<BlockView>> {
         let at = match self
             .runs
             .iter()
@@ -84,7 +87,7 @@ impl Recent {
                 } else {
                     (i, (i + n - 1).min(bound))
                 };
-                let bytes = head.read_run(pager, id, first, last)?;
+                let bytes = Arc::new(head.read_run(pager, id, first, last)?);
                 // The array's earlier runs are behind the scan: one run per array is kept,
                 // so a scan's cursors (one per level) do not evict each other's.
                 self.runs.retain(|r| r.id != id);
@@ -118,12 +121,13 @@ impl Recent {
 /// The best candidate so far for one key: (version, seq, value).
 type Best = (Version, u64, Option<Vec<u8>>);
 
-fn consider(best: &mut Option<Best>, version: Version, seq: u64, value: &Option<Vec<u8>>) {
+/// Keep (version, seq, value) if it is nearer than the best so far (the value copied only then).
+fn consider(best: &mut Option<Best>, version: Version, seq: u64, value: Option<&[u8]>) {
     if best
         .as_ref()
         .is_none_or(|&(bv, bs, _)| (version, seq) > (bv, bs))
     {
-        *best = Some((version, seq, value.clone()));
+        *best = Some((version, seq, value.map(<[u8]>::to_vec)));
     }
 }
 
@@ -140,15 +144,13 @@ impl Sda {
         let ancestry = self.tree.ancestry(v);
         let mut best = None;
         // Nearest first: the first buffered version found is the buffer's best.
-        let mut probe = (key.to_vec(), Reverse(0));
         for &x in &ancestry {
-            probe.1 = Reverse(x);
-            if let Some((seq, value)) = self.buffer.get(&probe) {
-                consider(&mut best, x, *seq, value);
+            if let Some((seq, value)) = self.buffer.get(x, key) {
+                consider(&mut best, x, *seq, value.as_deref());
                 break;
             }
         }
-        let ancestry: HashSet<Version> = ancestry.into_iter().collect();
+        let ancestry = Ancestry::from(ancestry);
         for id in self.serving(v) {
             let head = self.head(id)?;
             let first = head.firsts.first().unwrap_or_default();
@@ -157,11 +159,10 @@ impl Sda {
             }
             let block = head.read_block(&self.pager, id, head.block_for(key))?;
             // Entries of a key sort by version descending: the first visible is the nearest.
-            if let Some(e) = block
-                .iter()
-                .find(|e| e.key == key && ancestry.contains(&e.version))
+            if let Some(i) = (0..block.len())
+                .find(|&i| block.key(i) == key && ancestry.contains(&block.version(i)))
             {
-                consider(&mut best, e.version, e.seq, &e.value);
+                consider(&mut best, block.version(i), block.seq(i), block.value(i));
             }
         }
         Ok(best.and_then(|(_, _, value)| value))
@@ -180,7 +181,7 @@ impl Sda {
         if empty_range(lo, hi) || limit == 0 {
             return Ok(());
         }
-        let ancestry = Ancestry::of(&self.tree, v);
+        let chain = self.tree.ancestry(v);
         let mut cursors = Vec::new();
         for id in self.serving(v) {
             let head = self.head(id)?;
@@ -188,31 +189,21 @@ impl Sda {
                 cursors.push(c);
             }
         }
-        // The buffer's entries within the bounds, in the scan's direction.
-        let key_bound = |b: Bound<&[u8]>, first: Version| match b {
-            Bound::Included(k) => Bound::Included((k.to_vec(), Reverse(first))),
-            Bound::Excluded(k) => Bound::Excluded((k.to_vec(), Reverse(Version::MAX - first))),
-            Bound::Unbounded => Bound::Unbounded,
-        };
+        // The buffer's writes within the bounds of the versions v sees, one source per such
+        // version that has any (the buffer holds every leaf's writes; the others' are never
+        // walked), in the scan's direction.
+        let mut buffered: Vec<(Version, std::iter::Peekable<Writes>)> = chain
+            .iter()
+            .filter(|&&x| self.buffer.holds(x))
+            .map(|&x| (x, self.buffer.range(x, lo, hi, reverse).peekable()))
+            .collect();
+        let ancestry = Ancestry::from(chain);
         // Disjoint borrows: the buffer is read while blocks are read and kept.
         let (pager, recent) = (&self.pager, &mut self.recent);
         // A scan at v reads at most one array per level.
         let keep = self.levels.len() + 1;
-        // (k, Reverse(MAX)) is the first of key k, (k, Reverse(0)) its last.
-        let range = self
-            .buffer
-            .range((key_bound(lo, Version::MAX), key_bound(hi, 0)));
-        let buffered: Box<dyn Iterator<Item = _>> = if reverse {
-            Box::new(range.rev())
-        } else {
-            Box::new(range)
-        };
-        // Only the entries v sees: the buffer holds every leaf's writes, and with hundreds of
-        // leaves most of a key interval's are other branches' (each would cost a round of the
-        // merge for nothing).
-        let mut buffered = buffered.filter(|((_, Reverse(x)), _)| ancestry.contains(x));
-        let mut pending = buffered.next();
         let nearer = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
+        out.reserve(limit.min(1024));
         while out.len() < limit {
             // Every cursor at its front first, then the nearest front key, copied once.
             let mut fronts = Vec::with_capacity(cursors.len());
@@ -221,9 +212,16 @@ impl Sda {
                     fronts.push(i);
                 }
             }
-            let mut key: Option<&[u8]> = pending.map(|((k, _), _)| k.as_slice());
+            let mut key: Option<&[u8]> = None;
+            for (_, src) in &mut buffered {
+                if let Some((k, _)) = src.peek() {
+                    if key.is_none_or(|x| nearer(k, x)) {
+                        key = Some(k.as_slice());
+                    }
+                }
+            }
             for &i in &fronts {
-                let k = cursors[i].current().key.as_slice();
+                let k = cursors[i].current_key();
                 if key.is_none_or(|x| nearer(k, x)) {
                     key = Some(k);
                 }
@@ -232,18 +230,16 @@ impl Sda {
                 break;
             };
             let mut best = None;
-            while let Some(((k, Reverse(x)), (seq, value))) = pending {
-                if *k != key {
-                    break;
+            for (x, src) in &mut buffered {
+                if let Some((_, (seq, value))) = src.next_if(|(k, _)| **k == key) {
+                    consider(&mut best, *x, *seq, value.as_deref());
                 }
-                consider(&mut best, *x, *seq, value);
-                pending = buffered.next();
             }
             for c in &mut cursors {
                 // A key's entries share a block: no read is needed to pass them.
-                while c.seen_in_block(&ancestry) && c.current().key == key {
-                    let e = c.current();
-                    consider(&mut best, e.version, e.seq, &e.value);
+                while c.seen_in_block(&ancestry) && c.current_key() == key.as_slice() {
+                    let (b, i) = (&c.block, c.index());
+                    consider(&mut best, b.version(i), b.seq(i), b.value(i));
                     c.step();
                 }
             }
@@ -255,19 +251,43 @@ impl Sda {
     }
 }
 
-/// A version and its ancestors, the versions whose entries a read at it sees: sorted, for a
-/// binary search per entry (a scan asks for every entry it passes; cheaper than hashing).
-struct Ancestry(Vec<Version>);
+/// A version and its ancestors, the versions whose entries a read at it sees, asked about for
+/// every entry a scan passes: a bitset by version number while the version is below
+/// `BITSET_BELOW` (at most 8 KiB, one bit test per entry), else sorted for a binary search.
+enum Ancestry {
+    Bits(Vec<u64>),
+    Sorted(Vec<Version>),
+}
+
+/// Versions below this get the bitset (8 KiB of bits at most).
+const BITSET_BELOW: Version = 1 << 16;
 
 impl Ancestry {
-    fn of(tree: &VersionTree, v: Version) -> Ancestry {
-        let mut a = tree.ancestry(v);
-        a.sort_unstable();
-        Ancestry(a)
+    /// From a version's ancestry chain (`VersionTree::ancestry`: the version first, and every
+    /// ancestor's number below it).
+    fn from(mut chain: Vec<Version>) -> Ancestry {
+        match chain.first() {
+            Some(&v) if v < BITSET_BELOW => {
+                let mut bits = vec![0u64; v as usize / 64 + 1];
+                for x in chain {
+                    bits[x as usize / 64] |= 1 << (x % 64);
+                }
+                Ancestry::Bits(bits)
+            }
+            _ => {
+                chain.sort_unstable();
+                Ancestry::Sorted(chain)
+            }
+        }
     }
 
     fn contains(&self, x: &Version) -> bool {
-        self.0.binary_search(x).is_ok()
+        match self {
+            Ancestry::Bits(bits) => bits
+                .get((*x / 64) as usize)
+                .is_some_and(|w| w & (1 << (x % 64)) != 0),
+            Ancestry::Sorted(a) => a.binary_search(x).is_ok(),
+        }
     }
 }
 
@@ -294,7 +314,7 @@ struct Cursor {
     reverse: bool,
     lo: Bound<Vec<u8>>,
     hi: Bound<Vec<u8>>,
-    block: Arc<Vec<Entry>>,
+    block: Arc<BlockView>,
     /// Entries of `block` not yet passed: forward, `at..`; in reverse, `..at`.
     at: usize,
 }
@@ -339,14 +359,24 @@ impl Cursor {
             reverse,
             lo: lo.map(<[u8]>::to_vec),
             hi: hi.map(<[u8]>::to_vec),
-            block: Arc::new(Vec::new()),
+            block: Arc::new(BlockView::empty()),
             at: 0,
         })
     }
 
-    /// The entry at the cursor's place (after `seen_in_block` said there is one).
-    fn current(&self) -> &Entry {
-        &self.block[if self.reverse { self.at - 1 } else { self.at }]
+    /// The index in `block` of the entry at the cursor's place (after `seen_in_block` said
+    /// there is one).
+    fn index(&self) -> usize {
+        if self.reverse {
+            self.at - 1
+        } else {
+            self.at
+        }
+    }
+
+    /// The key of the entry at the cursor's place.
+    fn current_key(&self) -> &[u8] {
+        self.block.key(self.index())
     }
 
     /// Pass the entry at the cursor's place.
@@ -370,12 +400,12 @@ impl Cursor {
             if !left {
                 return false;
             }
-            let e = self.current();
+            let i = self.index();
             let (lo, hi) = (
                 self.lo.as_ref().map(Vec::as_slice),
                 self.hi.as_ref().map(Vec::as_slice),
             );
-            if ancestry.contains(&e.version) && within(&e.key, lo, hi) {
+            if ancestry.contains(&self.block.version(i)) && within(self.block.key(i), lo, hi) {
                 return true;
             }
             self.step();
@@ -389,7 +419,7 @@ impl Cursor {
         recent: &mut Recent,
         keep: usize,
         ancestry: &Ancestry,
-    ) -> Result<Option<&Entry>> {
+    ) -> Result<Option<&[u8]>> {
         while !self.seen_in_block(ancestry) {
             let Some(i) = self.next else {
                 return Ok(None);
@@ -405,6 +435,6 @@ impl Cursor {
                 recent.block(pager, &self.head, self.id, i, self.last, self.reverse, keep)?;
             self.at = if self.reverse { self.block.len() } else { 0 };
         }
-        Ok(Some(self.current()))
+        Ok(Some(self.current_key()))
     }
 }
