@@ -34,8 +34,11 @@ fn key(i: u64) -> Vec<u8> {
 /// Random puts, deletes, upserts and range deletes over `keys` keys, checked against a map
 /// with point reads and scans both ways, reopening every `reopen` operations.
 fn random_ops(policy: LsmPolicy, seed: u64, ops: u64, keys: u64, reopen: u64) -> Db {
+    random_ops_on(tiny(policy), seed, ops, keys, reopen)
+}
+
+fn random_ops_on(cfg: LsmConfig, seed: u64, ops: u64, keys: u64, reopen: u64) -> Db {
     let place = Place::sim();
-    let cfg = tiny(policy);
     let mut db = place.open(opts(cfg)).unwrap();
     let mut want: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let mut rng = Rng::new(seed);
@@ -107,6 +110,20 @@ fn random_ops(policy: LsmPolicy, seed: u64, ops: u64, keys: u64, reopen: u64) ->
 #[test]
 fn leveled_agrees_with_a_map() {
     let db = random_ops(LsmPolicy::Leveled, 1, 30_000, 3_000, 7_000);
+    let m = db.metrics();
+    assert!(m.engine.detail("merges") > 5, "{:?}", m.engine.detail);
+    // Levels sized from the last: the tree grew at the top at least once.
+    assert!(m.engine.detail("levels") >= 3, "{:?}", m.engine.detail);
+}
+
+/// Leveled with fixed level sizes, as trees made before dynamic levels open.
+#[test]
+fn leveled_with_fixed_level_sizes_agrees_with_a_map() {
+    let cfg = LsmConfig {
+        dynamic_levels: false,
+        ..tiny(LsmPolicy::Leveled)
+    };
+    let db = random_ops_on(cfg, 4, 30_000, 3_000, 7_000);
     let m = db.metrics();
     assert!(m.engine.detail("merges") > 5, "{:?}", m.engine.detail);
 }
@@ -357,8 +374,8 @@ fn allocated(dir: &std::path::Path) -> u64 {
 }
 
 /// Space at rest after seed 004's sequence as `strata bench rum` runs it at 1M keys and a
-/// 16 MiB budget (the shape `cfg`, merges on their own thread): a load of random 16-byte keys
-/// with 100-byte values in batches of 1,000, a checkpoint, then 200 rounds of 1,000
+/// 16 MiB budget (the shape `cfg`, merges on their own thread): a load of random binary 16-byte
+/// keys with 100-byte values in batches of 1,000, a checkpoint, then 200 rounds of 1,000
 /// operations, half reads and half updates of random loaded keys (one batch a round), a
 /// checkpoint and close. Returns the bytes allocated under the directory over the live logical
 /// bytes, and prints what the levels hold.
@@ -372,7 +389,14 @@ fn space_at_rest(cfg: LsmConfig) -> f64 {
         .durability(strata::Durability::None);
     let db = place.open(o).unwrap();
     let mut rng = Rng::new(1);
-    let k = |x: u64| format!("{x:016x}").into_bytes();
+    // Random binary keys, as the benchmark's: 8 random bytes, then 8 more from them.
+    let k = |x: u64| {
+        [
+            x.to_be_bytes(),
+            x.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes(),
+        ]
+        .concat()
+    };
     let mut loaded = Vec::with_capacity(n as usize);
     for _ in 0..n / 1000 {
         let mut b = strata::WriteBatch::new();
@@ -384,7 +408,9 @@ fn space_at_rest(cfg: LsmConfig) -> f64 {
         db.write(b).unwrap();
     }
     db.checkpoint().unwrap();
-    let after_load = db.metrics().engine.detail.clone();
+    let logical = (n * 116) as f64;
+    let m = db.metrics().engine;
+    let (load_tables, after_load) = (m.live_bytes as f64 / logical, m.detail);
     for _ in 0..200 {
         let mut b = strata::WriteBatch::new();
         for _ in 0..1000 {
@@ -398,11 +424,13 @@ fn space_at_rest(cfg: LsmConfig) -> f64 {
         db.write(b).unwrap();
     }
     db.checkpoint().unwrap();
-    let e = db.metrics().engine.detail.clone();
+    let m = db.metrics().engine;
+    let (tables, e) = (m.live_bytes as f64 / logical, m.detail);
     db.close().unwrap();
-    let sa = allocated(place.path()) as f64 / (n * 116) as f64;
+    let sa = allocated(place.path()) as f64 / logical;
     eprintln!(
-        "{}: SA at rest {sa:.4}\n  after the load {after_load:?}\n  at close {e:?}",
+        "{}: SA at rest {sa:.4}; tables over logical bytes {load_tables:.4} after the load, \
+         {tables:.4} at close\n  after the load {after_load:?}\n  at close {e:?}",
         cfg.describe()
     );
     sa

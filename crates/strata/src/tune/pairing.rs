@@ -131,12 +131,18 @@ fn the_lsm_shape_entry_size_and_cache_charge() {
             smallest: vec![0],
             largest: vec![9],
         };
-        levels.push(policy::Level { runs: vec![vec![t]] });
+        levels.push(policy::Level {
+            runs: vec![vec![t]],
+        });
     }
     let caps = policy::capacities(&levels, &cfg);
     for (i, &bytes) in sizes[..sizes.len() - 1].iter().enumerate() {
         let cap = caps[i + 1] as f64;
-        assert!((cap / bytes - 1.0).abs() < 1e-3, "level {}: {cap} vs {bytes}", i + 1);
+        assert!(
+            (cap / bytes - 1.0).abs() < 1e-3,
+            "level {}: {cap} vs {bytes}",
+            i + 1
+        );
     }
     assert_eq!(policy::pick(&levels, &cfg, &[]), None, "{sizes:?}");
 }

@@ -201,7 +201,11 @@ impl Config {
         format!(
             "{}{} T={} memtable {} KiB, tables {} KiB, blocks {} KiB, {} filter bits/key{}",
             self.policy.name(),
-            if self.dynamic() { " (dynamic levels)" } else { "" },
+            if self.dynamic() {
+                " (dynamic levels)"
+            } else {
+                ""
+            },
             self.size_ratio,
             self.memtable_bytes >> 10,
             self.table_bytes >> 10,

@@ -209,7 +209,10 @@ mod tests {
         assert_eq!(decode_meta(&off, "f").unwrap(), (fixed, 7, 1234));
         off[META_LEN - 1] = 2;
         assert!(decode_meta(&off, "f").is_err());
-        assert!(decode_meta(&meta[..META_LEN - 1], "f").is_err(), "version 3 needs it");
+        assert!(
+            decode_meta(&meta[..META_LEN - 1], "f").is_err(),
+            "version 3 needs it"
+        );
         let (back, manifest, seq) = decode_meta(&meta, "f").unwrap();
         assert_eq!((back, manifest, seq), (cfg, 7, 1234));
         let mut newer = meta.clone();

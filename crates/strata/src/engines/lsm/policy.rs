@@ -97,7 +97,10 @@ pub enum Action {
 
 /// The last level holding anything, if any but level 0 does.
 fn last_level(levels: &[Level]) -> Option<usize> {
-    levels.iter().rposition(|l| !l.is_empty()).filter(|&i| i >= 1)
+    levels
+        .iter()
+        .rposition(|l| !l.is_empty())
+        .filter(|&i| i >= 1)
 }
 
 /// Bytes each level i ≥ 1 holds before it merges down (index 0 unused: level 0 counts runs).

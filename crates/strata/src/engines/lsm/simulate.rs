@@ -253,7 +253,13 @@ mod tests {
             for (name, cfg) in [
                 ("default", base),
                 ("fixed levels", fixed),
-                ("fixed levels, l0_runs 4", Config { l0_runs: 4, ..fixed }),
+                (
+                    "fixed levels, l0_runs 4",
+                    Config {
+                        l0_runs: 4,
+                        ..fixed
+                    },
+                ),
                 ("l0_runs 4", Config { l0_runs: 4, ..base }),
                 ("l0_runs 2", Config { l0_runs: 2, ..base }),
                 ("l0_runs 8", Config { l0_runs: 8, ..base }),
