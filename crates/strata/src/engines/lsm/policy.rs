@@ -11,7 +11,8 @@
 //!   (the base: level 0's worth of memtables). When the last level outgrows what level 1's
 //!   base would make it (base·T^(last−1)), every level moves one down and level 1 starts
 //!   empty (`grow`): the tree deepens at the top, as RocksDB's base level moves up, so no level
-//!   but level 1 is ever nearly empty and the last holds about (T−1)/T of the data;
+//!   but a new level 1 is nearly empty, and once the last level is past T times the base it
+//!   holds about (T−1)/T of the data;
 //! - tiered: a level holding T runs merges them all into one new run, the newest of level i+1;
 //! - lazy leveling: as tiered, except that the level above the last merges into the last
 //!   level's one run, and a last level over capacity moves down a level untouched (the level it
@@ -465,7 +466,7 @@ mod tests {
         }
     }
 
-    /// One run over [lo, hi] of `tables` tables of `each` bytes.
+    /// One run of `tables` disjoint tables of `each` bytes, ids from `first_id`.
     fn run(first_id: NodeId, tables: u64, each: u64) -> Level {
         Level {
             runs: vec![(0..tables)
