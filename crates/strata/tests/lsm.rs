@@ -34,8 +34,11 @@ fn key(i: u64) -> Vec<u8> {
 /// Random puts, deletes, upserts and range deletes over `keys` keys, checked against a map
 /// with point reads and scans both ways, reopening every `reopen` operations.
 fn random_ops(policy: LsmPolicy, seed: u64, ops: u64, keys: u64, reopen: u64) -> Db {
+    random_ops_on(tiny(policy), seed, ops, keys, reopen)
+}
+
+fn random_ops_on(cfg: LsmConfig, seed: u64, ops: u64, keys: u64, reopen: u64) -> Db {
     let place = Place::sim();
-    let cfg = tiny(policy);
     let mut db = place.open(opts(cfg)).unwrap();
     let mut want: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let mut rng = Rng::new(seed);
@@ -107,6 +110,49 @@ fn random_ops(policy: LsmPolicy, seed: u64, ops: u64, keys: u64, reopen: u64) ->
 #[test]
 fn leveled_agrees_with_a_map() {
     let db = random_ops(LsmPolicy::Leveled, 1, 30_000, 3_000, 7_000);
+    let m = db.metrics();
+    assert!(m.engine.detail("merges") > 5, "{:?}", m.engine.detail);
+}
+
+/// Levels sized from the last: a load grows the tree at the top (level 1 starts empty, every
+/// level moves one down) while the last level keeps most of the data; everything reads back,
+/// before and after a reopen, and `check` holds the shape.
+#[test]
+fn dynamic_levels_grow_at_the_top_and_keep_most_data_in_the_last() {
+    let place = Place::sim();
+    let cfg = tiny(LsmPolicy::Leveled);
+    assert!(cfg.dynamic_levels);
+    let db = place.open(opts(cfg)).unwrap();
+    let n = 20_000;
+    for i in 0..n {
+        db.put(key(i), [i as u8; 100]).unwrap();
+    }
+    db.checkpoint().unwrap();
+    let e = db.metrics().engine;
+    // Base 128 KiB (a 64 KiB memtable, 2 runs), T = 3: about 2.4 MB of tables takes level 1
+    // past the base, then past base·T, so the tree grows twice to three levels below level 0
+    // (the last level never merges down: every level below 1 came from a growth at the top).
+    assert!(e.detail("levels") >= 4, "{:?}", e.detail);
+    let last = e.detail("last_level_bytes") as f64 / e.live_bytes as f64;
+    assert!(last > 0.5, "{last} {:?}", e.detail);
+    db.check().unwrap();
+    drop(db);
+    let db = place.open(opts(cfg)).unwrap();
+    db.check().unwrap();
+    for i in (0..n).step_by(7) {
+        assert_eq!(db.get(key(i)).unwrap(), Some(vec![i as u8; 100]), "{i}");
+    }
+    assert_eq!(db.range(key(0)..key(n)).unwrap().count() as u64, n);
+}
+
+/// Leveled with fixed level sizes, as trees made before dynamic levels open.
+#[test]
+fn leveled_with_fixed_level_sizes_agrees_with_a_map() {
+    let cfg = LsmConfig {
+        dynamic_levels: false,
+        ..tiny(LsmPolicy::Leveled)
+    };
+    let db = random_ops_on(cfg, 4, 30_000, 3_000, 7_000);
     let m = db.metrics();
     assert!(m.engine.detail("merges") > 5, "{:?}", m.engine.detail);
 }
@@ -344,4 +390,95 @@ fn model_at_1m() {
 #[ignore]
 fn model_at_10m() {
     model_at_scale(10_000_000, 256 << 20);
+}
+
+/// Bytes allocated to the files under `dir` (holes not counted), as `strata bench rum` counts
+/// space at rest.
+fn allocated(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().blocks() * 512)
+        .sum()
+}
+
+/// Space at rest after seed 004's sequence as `strata bench rum` runs it at 1M keys and a
+/// 16 MiB budget (the shape `cfg`, merges on their own thread): a load of random binary 16-byte
+/// keys with 100-byte values in batches of 1,000, a checkpoint, then 200 rounds of 1,000
+/// operations, half reads and half updates of random loaded keys (one batch a round), a
+/// checkpoint and close. Returns the bytes allocated under the directory over the live logical
+/// bytes, and prints what the levels hold.
+fn space_at_rest(cfg: LsmConfig) -> f64 {
+    let n = 1_000_000u64;
+    let cache = 16 << 20;
+    let place = Place::dir();
+    let o = Options::default()
+        .lsm(cfg)
+        .cache_bytes(cache)
+        .durability(strata::Durability::None);
+    let db = place.open(o).unwrap();
+    let mut rng = Rng::new(1);
+    // Random binary keys, as the benchmark's: 8 random bytes, then 8 more from them.
+    let k = |x: u64| {
+        [
+            x.to_be_bytes(),
+            x.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes(),
+        ]
+        .concat()
+    };
+    let mut loaded = Vec::with_capacity(n as usize);
+    for _ in 0..n / 1000 {
+        let mut b = strata::WriteBatch::new();
+        for _ in 0..1000 {
+            let x = rng.next_u64();
+            loaded.push(x);
+            b.put(k(x), [7u8; 100]);
+        }
+        db.write(b).unwrap();
+    }
+    db.checkpoint().unwrap();
+    let logical = (n * 116) as f64;
+    let m = db.metrics().engine;
+    let (load_tables, after_load) = (m.live_bytes as f64 / logical, m.detail);
+    for _ in 0..200 {
+        let mut b = strata::WriteBatch::new();
+        for _ in 0..1000 {
+            let x = *rng.pick(&loaded);
+            if rng.chance(1, 2) {
+                assert!(db.get(k(x)).unwrap().is_some());
+            } else {
+                b.put(k(x), [9u8; 100]);
+            }
+        }
+        db.write(b).unwrap();
+    }
+    db.checkpoint().unwrap();
+    let m = db.metrics().engine;
+    let (tables, e) = (m.live_bytes as f64 / logical, m.detail);
+    db.close().unwrap();
+    let sa = allocated(place.path()) as f64 / logical;
+    eprintln!(
+        "{}: SA at rest {sa:.4}; tables over logical bytes {load_tables:.4} after the load, \
+         {tables:.4} at close\n  after the load {after_load:?}\n  at close {e:?}",
+        cfg.describe()
+    );
+    sa
+}
+
+/// The issue's bar, SA ≤ 1.15× after flush and close, on the default shape, with fixed level
+/// sizes beside it for the record (1.16× here). Whether it holds turns on whether level 0
+/// reaches its trigger during the updates, which drops the old copies it meets; on this
+/// sequence it does with dynamic sizes (1.12× to 1.13× in three runs; docs/lsm.md)
+/// (`cargo test --release -p strata --test lsm space_at_rest_at_1m -- --ignored --nocapture`,
+/// about two minutes).
+#[test]
+#[ignore]
+fn space_at_rest_at_1m() {
+    let cfg = LsmConfig::for_cache(16 << 20);
+    space_at_rest(LsmConfig {
+        dynamic_levels: false,
+        ..cfg
+    });
+    let sa = space_at_rest(cfg);
+    assert!(sa <= 1.15, "SA {sa:.4}");
 }

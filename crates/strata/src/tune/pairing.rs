@@ -109,4 +109,40 @@ fn the_lsm_shape_entry_size_and_cache_charge() {
             );
         }
     }
+    // Dynamic levels: the model's steady shape, laid out as tables (the levels above the last
+    // a hair under full), is one the engine's policy sizes alike and leaves as it is.
+    let cfg = Config {
+        memtable_bytes: 1 << 20,
+        ..Config::with(Policy::Leveled, 10)
+    };
+    assert!(cfg.dynamic_levels);
+    let inp = policy::model_input(&cfg, 10_000_000, 131.0);
+    let sizes = inp.level_bytes();
+    assert!(sizes.len() >= 3, "{sizes:?}");
+    let mut levels = vec![policy::Level::default()];
+    for (i, &bytes) in sizes.iter().enumerate() {
+        let under = if i + 1 < sizes.len() { 0.999 } else { 1.0 };
+        let t = policy::TableInfo {
+            id: i as u64 + 1,
+            bytes: (bytes * under) as u64,
+            points: 0,
+            puts: 0,
+            ranges: 0,
+            smallest: vec![0],
+            largest: vec![9],
+        };
+        levels.push(policy::Level {
+            runs: vec![vec![t]],
+        });
+    }
+    let caps = policy::capacities(&levels, &cfg);
+    for (i, &bytes) in sizes[..sizes.len() - 1].iter().enumerate() {
+        let cap = caps[i + 1] as f64;
+        assert!(
+            (cap / bytes - 1.0).abs() < 1e-3,
+            "level {}: {cap} vs {bytes}",
+            i + 1
+        );
+    }
+    assert_eq!(policy::pick(&levels, &cfg, &[]), None, "{sizes:?}");
 }

@@ -8,7 +8,7 @@
 //!   outputs in, inputs freed. While one runs the policy picks nothing else (only flushes add
 //!   runs, to level 0, newer than anything merging), so its inputs stay put and its `bottom`
 //!   stays true. Moves that need no IO (a table moved down untouched, lazy leveling's
-//!   deepening) happen at once, on the writer.
+//!   deepening, dynamic levels' growth at the top) happen at once, on the writer.
 //! - Write stalls: when level 0 holds `policy::stall_runs` runs, a write waits for merges until
 //!   it holds fewer; each wait is counted and timed (`stats`: `stalls`, `stall_ms`), so level 0
 //!   is bounded.
@@ -151,6 +151,10 @@ impl Lsm {
                 Action::Deepen(level) => {
                     policy::deepen(&mut self.levels, level);
                     self.counters.trivial_moves += 1;
+                    continue;
+                }
+                Action::Grow => {
+                    policy::grow(&mut self.levels, &mut self.cursors);
                     continue;
                 }
                 Action::Merge(job) => job,

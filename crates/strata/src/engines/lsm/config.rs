@@ -70,6 +70,11 @@ pub struct Config {
     /// Share the filter bits out by level so as to minimise the expected false positives
     /// (Monkey) instead of the same bits for every run.
     pub monkey: bool,
+    /// Leveled only: size the levels from the last one (RocksDB's
+    /// `level_compaction_dynamic_level_bytes`; `policy::capacities`) instead of from level 0
+    /// down, so that the last level holds most of the data. Trees made before it was recorded
+    /// (metadata version 2 and older) open with it off.
+    pub dynamic_levels: bool,
 }
 
 /// Leveled, T = 10, 8 level-0 runs, an 8 MiB memtable, 4 MiB tables of 4 KiB blocks, 10
@@ -87,6 +92,7 @@ pub const DEFAULT_CONFIG: Config = Config {
     block_bytes: 4 << 10,
     filter_bits: 10.0,
     monkey: true,
+    dynamic_levels: true,
 };
 
 impl Default for Config {
@@ -169,7 +175,9 @@ impl Config {
 
     /// Bytes level `i` ≥ 1 holds before it is merged down (leveled), or that its runs reach
     /// before the last level is pushed one level deeper (lazy leveling): level 0's worth of
-    /// memtables times T^(i-1), times T once more for a tiered level's T runs.
+    /// memtables times T^(i-1), times T once more for a tiered level's T runs. With
+    /// `dynamic_levels` the capacities come from the last level instead
+    /// (`policy::capacities`), and `level_capacity(1)` is the least any level above it gets.
     pub(crate) fn level_capacity(&self, i: usize) -> u64 {
         let t = self.size_ratio as u64;
         let base = self.memtable_bytes as u64 * self.l0_trigger() as u64;
@@ -183,11 +191,21 @@ impl Config {
         }
     }
 
+    /// Levels are sized from the last one: leveled with `dynamic_levels`.
+    pub(crate) fn dynamic(&self) -> bool {
+        self.dynamic_levels && self.policy == Policy::Leveled
+    }
+
     /// One line for stats and reports.
     pub fn describe(&self) -> String {
         format!(
-            "{} T={} memtable {} KiB, tables {} KiB, blocks {} KiB, {} filter bits/key{}",
+            "{}{} T={} memtable {} KiB, tables {} KiB, blocks {} KiB, {} filter bits/key{}",
             self.policy.name(),
+            if self.dynamic() {
+                " (dynamic levels)"
+            } else {
+                ""
+            },
             self.size_ratio,
             self.memtable_bytes >> 10,
             self.table_bytes >> 10,

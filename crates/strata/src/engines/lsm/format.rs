@@ -5,7 +5,7 @@
 //! ```text
 //! superblock: 0 tag u8 (3) | 1 version u8 | 2 policy u8 | 3 size ratio u32 | 7 level-0 runs u32 |
 //!             11 memtable u32 | 15 table u32 | 19 block u32 | 23 filter bits f64 | 31 monkey u8 |
-//!             32 manifest id u64 | 40 next seq u64
+//!             32 manifest id u64 | 40 next seq u64 | 48 dynamic levels u8 (version 3)
 //! manifest:   flushes u64 | merges u64 | trivial moves u64 | merge bytes read u64 |
 //!             merge bytes written u64 | flush bytes u64 | levels u32, per level: runs u32,
 //!             per run: tables u32, per table: id u64, bytes u64, points u64, puts u64, ranges u32,
@@ -18,10 +18,11 @@ use crate::codec::{Reader, Writer};
 use crate::engine::{meta_reader, meta_writer};
 
 /// 2: tables may be of kind `KIND_TABLE2` (format-2 blocks), which version 1 cannot read.
-/// Version 1 metadata has the same fields and is still read.
-pub(super) const META_VERSION: u8 = 2;
+/// 3: a last byte, whether the levels are sized from the last (`Config::dynamic_levels`).
+/// Versions 1 and 2 are still read, as trees with fixed level sizes, which they were.
+pub(super) const META_VERSION: u8 = 3;
 #[cfg(test)]
-const META_LEN: usize = 48;
+const META_LEN: usize = 49;
 /// The least a table's manifest entry takes.
 const TABLE_ENTRY: usize = 40;
 
@@ -47,17 +48,18 @@ pub(super) fn encode_meta(cfg: &Config, manifest: NodeId, next_seq: u64) -> Vec<
         .u64(cfg.filter_bits.to_bits())
         .u8(cfg.monkey as u8)
         .u64(manifest)
-        .u64(next_seq);
+        .u64(next_seq)
+        .u8(cfg.dynamic_levels as u8);
     w.finish()
 }
 
 /// The configuration, the manifest's id and the next sequence number.
 pub(super) fn decode_meta(meta: &[u8], file: &str) -> Result<(Config, NodeId, u64)> {
     let bad = |what: &str| Error::corruption(file, 0, format!("LSM-tree metadata: {what}"));
-    let (_, mut r) = meta_reader(meta, ENGINE_TAG, META_VERSION, file, bad)?;
+    let (version, mut r) = meta_reader(meta, ENGINE_TAG, META_VERSION, file, bad)?;
     let field = |e: String| bad(&e);
     let policy = Policy::from_byte(r.u8().map_err(field)?).ok_or_else(|| bad("unknown policy"))?;
-    let cfg = Config {
+    let mut cfg = Config {
         policy,
         size_ratio: r.u32().map_err(field)?,
         l0_runs: r.u32().map_err(field)?,
@@ -66,10 +68,18 @@ pub(super) fn decode_meta(meta: &[u8], file: &str) -> Result<(Config, NodeId, u6
         block_bytes: r.u32().map_err(field)? as usize,
         filter_bits: f64::from_bits(r.u64().map_err(field)?),
         monkey: r.u8().map_err(field)? != 0,
+        dynamic_levels: false,
     };
     cfg.check().map_err(|_| bad("configuration out of range"))?;
     let manifest = r.u64().map_err(field)?;
     let next_seq = r.u64().map_err(field)?;
+    if version >= 3 {
+        cfg.dynamic_levels = match r.u8().map_err(field)? {
+            0 => false,
+            1 => true,
+            _ => return Err(bad("dynamic levels neither 0 nor 1")),
+        };
+    }
     Ok((cfg, manifest, next_seq))
 }
 
@@ -181,12 +191,28 @@ mod tests {
         let hex: String = meta.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(
             hex,
-            "0302000a000000040000000000800000004000004000000000000000002440010700000000000000\
-             d204000000000000"
+            "0303000a000000040000000000800000004000004000000000000000002440010700000000000000\
+             d20400000000000001"
         );
-        let mut older = meta.clone();
-        older[1] = 1;
-        assert_eq!(decode_meta(&older, "f").unwrap(), (cfg, 7, 1234));
+        // Versions 1 and 2 end before the last byte and open with fixed level sizes.
+        let fixed = Config {
+            dynamic_levels: false,
+            ..cfg
+        };
+        for v in [1, 2] {
+            let mut older = meta[..META_LEN - 1].to_vec();
+            older[1] = v;
+            assert_eq!(decode_meta(&older, "f").unwrap(), (fixed, 7, 1234));
+        }
+        let mut off = meta.clone();
+        off[META_LEN - 1] = 0;
+        assert_eq!(decode_meta(&off, "f").unwrap(), (fixed, 7, 1234));
+        off[META_LEN - 1] = 2;
+        assert!(decode_meta(&off, "f").is_err());
+        assert!(
+            decode_meta(&meta[..META_LEN - 1], "f").is_err(),
+            "version 3 needs it"
+        );
         let (back, manifest, seq) = decode_meta(&meta, "f").unwrap();
         assert_eq!((back, manifest, seq), (cfg, 7, 1234));
         let mut newer = meta.clone();

@@ -391,6 +391,12 @@ impl Engine for Lsm {
             ("stalls", self.stalls),
             ("stall_ms", self.stall_nanos / 1_000_000),
             ("largest_merge_bytes", self.largest_merge),
+            // Where space amplification comes from: what is not in the last level may be an
+            // older copy's newer version.
+            (
+                "last_level_bytes",
+                self.levels.last().map_or(0, Level::bytes),
+            ),
         ];
         s
     }

@@ -6,6 +6,13 @@
 //! - leveled: level 0 full (`l0_runs` runs) merges whole into level 1, with the level-1 tables
 //!   it overlaps; a level i ≥ 1 over capacity merges one table (round robin by key) into the
 //!   tables of level i+1 it overlaps, or moves it down untouched when it overlaps none;
+//! - leveled with dynamic levels (`capacities`): the last level has no capacity; the one above
+//!   it gets a T-th of its bytes, the next a T-th of that, none less than `level_capacity(1)`
+//!   (the base: level 0's worth of memtables). When the last level outgrows what level 1's
+//!   base would make it (base·T^(last−1)), every level moves one down and level 1 starts
+//!   empty (`grow`): the tree deepens at the top, as RocksDB's base level moves up, so no level
+//!   but a new level 1 is nearly empty, and once the last level is past T times the base it
+//!   holds about (T−1)/T of the data;
 //! - tiered: a level holding T runs merges them all into one new run, the newest of level i+1;
 //! - lazy leveling: as tiered, except that the level above the last merges into the last
 //!   level's one run, and a last level over capacity moves down a level untouched (the level it
@@ -85,6 +92,51 @@ pub enum Action {
     Merge(Job),
     /// Lazy leveling: the last level's run moves one level down, untouched.
     Deepen(usize),
+    /// Dynamic levels: every level from 1 down moves one level down, untouched (`grow`).
+    Grow,
+}
+
+/// The last level holding anything, if any but level 0 does.
+fn last_level(levels: &[Level]) -> Option<usize> {
+    levels
+        .iter()
+        .rposition(|l| !l.is_empty())
+        .filter(|&i| i >= 1)
+}
+
+/// Bytes each level i ≥ 1 holds before it merges down (index 0 unused: level 0 counts runs).
+/// Fixed (`Config::level_capacity`), or with dynamic levels from the last level's bytes S:
+/// level i of last L gets S/T^(L−i), at least the base `level_capacity(1)` (as RocksDB sets
+/// no level below its base size, so that level 0's batches do not land in a level smaller
+/// than themselves); the last level and any below it are unbounded.
+pub fn capacities(levels: &[Level], cfg: &Config) -> Vec<u64> {
+    let n = levels.len().max(2);
+    if !cfg.dynamic() {
+        return (0..n).map(|i| cfg.level_capacity(i.max(1))).collect();
+    }
+    let base = cfg.level_capacity(1);
+    let t = cfg.size_ratio as u64;
+    let Some(last) = last_level(levels) else {
+        return vec![u64::MAX; n];
+    };
+    let mut caps = vec![u64::MAX; n];
+    let mut cap = levels[last].bytes();
+    for i in (1..last).rev() {
+        cap /= t;
+        caps[i] = cap.max(base);
+    }
+    caps
+}
+
+/// Dynamic levels: the last level is past what a tree of its depth holds with level 1 at its
+/// base, so the tree grows a level at the top.
+fn due_to_grow(levels: &[Level], cfg: &Config) -> bool {
+    let Some(last) = last_level(levels) else {
+        return false;
+    };
+    let t = cfg.size_ratio as u64;
+    let most = (1..last).fold(cfg.level_capacity(1), |c, _| c.saturating_mul(t));
+    cfg.dynamic() && levels.len() < super::MAX_LEVELS && levels[last].bytes() > most
 }
 
 /// Nothing lies in levels below `level`.
@@ -152,11 +204,15 @@ pub fn pick(levels: &[Level], cfg: &Config, cursors: &[Vec<u8>]) -> Option<Actio
     {
         return Some(Action::Deepen(last));
     }
+    if due_to_grow(levels, cfg) {
+        return Some(Action::Grow);
+    }
+    let caps = capacities(levels, cfg);
     let mut best: Option<(f64, usize)> = None;
     for (i, l) in levels.iter().enumerate() {
         let score = match (cfg.policy, i) {
             (_, 0) => l.runs.len() as f64 / cfg.l0_trigger() as f64,
-            (Policy::Leveled, _) => l.bytes() as f64 / cfg.level_capacity(i) as f64,
+            (Policy::Leveled, _) => l.bytes() as f64 / caps[i] as f64,
             (Policy::Tiered, _) => l.runs.len() as f64 / t,
             (Policy::LazyLeveled, _) if i == last => 0.0,
             (Policy::LazyLeveled, _) => l.runs.len() as f64 / t,
@@ -264,6 +320,17 @@ pub fn deepen(levels: &mut Vec<Level>, level: usize) {
     level_mut(levels, level + 1).runs.insert(0, run);
 }
 
+/// Dynamic levels' `Grow`: an empty level 1 above the others, each of which moves one down
+/// with its round-robin place. Every level keeps its runs and their order, so what is newer
+/// stays above what is older.
+pub fn grow(levels: &mut Vec<Level>, cursors: &mut Vec<Vec<u8>>) {
+    level_mut(levels, 1);
+    levels.insert(1, Level::default());
+    if cursors.len() > 1 {
+        cursors.insert(1, Vec::new());
+    }
+}
+
 /// A trivial job: its inputs move down to the target as they are.
 pub fn move_down(levels: &mut Vec<Level>, job: &Job) {
     let tables: Vec<TableInfo> = inputs(levels, job).concat();
@@ -334,6 +401,7 @@ pub fn model_input(cfg: &Config, entries: u64, entry_bytes: f64) -> LsmInput {
         block_bytes: cfg.block_bytes as f64,
         filter_bits: cfg.filter_bits,
         monkey: cfg.monkey,
+        dynamic_levels: cfg.dynamic(),
         records: entries,
         key_bytes: 0,
         value_bytes: (entry_bytes - ENTRY_OVERHEAD).max(0.0).round() as u64,
@@ -376,6 +444,7 @@ mod tests {
         }
     }
 
+    /// A 1 MiB memtable, T = 4, 4 level-0 runs; fixed level sizes (`dynamic` for the others).
     fn cfg(policy: Policy) -> Config {
         let c = Config::with(policy, 4);
         Config {
@@ -385,7 +454,24 @@ mod tests {
             } else {
                 c.l0_runs
             },
+            dynamic_levels: false,
             ..c
+        }
+    }
+
+    fn dynamic() -> Config {
+        Config {
+            dynamic_levels: true,
+            ..cfg(Policy::Leveled)
+        }
+    }
+
+    /// One run of `tables` disjoint tables of `each` bytes, ids from `first_id`.
+    fn run(first_id: NodeId, tables: u64, each: u64) -> Level {
+        Level {
+            runs: vec![(0..tables)
+                .map(|i| table(first_id + i, 2 * i as u8, 2 * i as u8 + 1, each))
+                .collect()],
         }
     }
 
@@ -450,6 +536,83 @@ mod tests {
         assert_eq!(job.inputs, vec![vec![3]]);
         assert_eq!(job.into, Some(vec![9]));
         assert!(!job.trivial && job.bottom);
+    }
+
+    #[test]
+    fn fixed_capacities_are_the_configured_ones_and_dynamic_ones_come_from_the_last_level() {
+        let levels = [Level::default(), run(1, 2, MIB), run(10, 100, MIB)];
+        let fixed = cfg(Policy::Leveled);
+        assert_eq!(capacities(&levels, &fixed)[1..], [4 * MIB, 16 * MIB]);
+        // Base 4 MiB (1 MiB memtable × 4 runs); the last level, 100 MiB, sets level 1's 25.
+        let d = dynamic();
+        assert_eq!(capacities(&levels, &d)[1..], [25 * MIB, u64::MAX]);
+        // Never below the base.
+        let small = [Level::default(), run(1, 2, MIB), run(10, 8, MIB)];
+        assert_eq!(capacities(&small, &d)[1..], [4 * MIB, u64::MAX]);
+        // Three levels: each a T-th of the one below, the floor applied level by level.
+        let deep = [
+            Level::default(),
+            run(1, 1, MIB),
+            run(5, 10, MIB),
+            run(30, 128, 2 * MIB),
+        ];
+        assert_eq!(capacities(&deep, &d)[1..], [16 * MIB, 64 * MIB, u64::MAX]);
+        // Level 0 alone: nothing below it is bounded yet.
+        let l0 = [run(1, 1, MIB)];
+        assert!(capacities(&l0, &d).iter().all(|&c| c == u64::MAX));
+    }
+
+    #[test]
+    fn dynamic_levels_merge_level_0_into_the_last_until_it_outgrows_the_base_then_grow() {
+        let d = dynamic();
+        let l0 = Level {
+            runs: (0..4).map(|i| vec![table(100 + i, 0, 9, MIB)]).collect(),
+        };
+        // Level 1 is the last: level 0 merges into it, at the bottom, however large it is.
+        let levels = vec![l0.clone(), run(1, 4, MIB)];
+        let Some(Action::Merge(job)) = pick(&levels, &d, &[]) else {
+            panic!("level 0 is full")
+        };
+        assert_eq!((job.level, job.target, job.bottom), (0, 1, true));
+        assert_eq!(job.into, Some(vec![1, 2, 3, 4]));
+        // Past the base (4 MiB), the tree grows a level at the top, before any merge.
+        let mut levels = vec![l0, run(1, 5, MIB)];
+        assert_eq!(pick(&levels, &d, &[]), Some(Action::Grow));
+        let mut cursors = vec![Vec::new(), vec![3]];
+        grow(&mut levels, &mut cursors);
+        assert_eq!(levels.len(), 3);
+        assert!(levels[1].is_empty() && levels[2] == run(1, 5, MIB));
+        assert_eq!(cursors, vec![Vec::new(), Vec::new(), vec![3]]);
+        // Then level 0 merges into the new, empty level 1: a new run, not at the bottom.
+        let Some(Action::Merge(job)) = pick(&levels, &d, &cursors) else {
+            panic!("level 0 is still full")
+        };
+        assert_eq!((job.target, job.into.clone()), (1, Some(vec![])));
+        assert!(!job.trivial && !job.bottom);
+        // A level over max(the one below / T, base) pushes a table down; the last never does.
+        let levels = vec![
+            Level::default(),
+            run(1, 3, MIB),
+            run(10, 20, MIB),
+            run(40, 64, MIB),
+        ];
+        let Some(Action::Merge(job)) = pick(&levels, &d, &[]) else {
+            panic!("level 2 holds 20 MiB of at most 64 / 4")
+        };
+        assert_eq!((job.level, job.target), (2, 3));
+        let levels = vec![Level::default(), run(1, 5, MIB), run(20, 16, MIB)];
+        let Some(Action::Merge(job)) = pick(&levels, &d, &[]) else {
+            panic!("level 1 holds 5 MiB of at most the base, 4")
+        };
+        assert_eq!((job.level, job.target), (1, 2));
+        let levels = vec![Level::default(), run(1, 3, MIB), run(20, 16, MIB)];
+        assert_eq!(pick(&levels, &d, &[]), None);
+        // A tree with fixed sizes never grows at the top: level 1 over 4 MiB moves down.
+        let levels = vec![Level::default(), run(1, 5, MIB)];
+        let Some(Action::Merge(job)) = pick(&levels, &cfg(Policy::Leveled), &[]) else {
+            panic!()
+        };
+        assert!(job.trivial && job.target == 2);
     }
 
     #[test]

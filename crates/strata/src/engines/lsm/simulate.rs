@@ -30,6 +30,8 @@ pub struct LoadSim {
     pub trivial_moves: u64,
     /// Levels below level 0 at the end.
     pub levels: usize,
+    /// Bytes of each level at the end, level 0 first.
+    pub level_bytes: Vec<u64>,
 }
 
 fn key(pos: u64) -> Vec<u8> {
@@ -117,6 +119,10 @@ pub fn simulate_load(cfg: &Config, records: u64, entry_bytes: f64) -> LoadSim {
                     sim.trivial_moves += 1;
                     continue;
                 }
+                Action::Grow => {
+                    policy::grow(&mut levels, &mut cursors);
+                    continue;
+                }
                 Action::Merge(job) => job,
             };
             policy::advance_cursor(&levels, &mut cursors, cfg, &job);
@@ -146,6 +152,7 @@ pub fn simulate_load(cfg: &Config, records: u64, entry_bytes: f64) -> LoadSim {
         policy::trim(&mut levels);
     }
     sim.levels = levels.len().saturating_sub(1);
+    sim.level_bytes = levels.iter().map(Level::bytes).collect();
     sim
 }
 
@@ -205,6 +212,26 @@ mod tests {
         );
     }
 
+    /// Levels sized from the last write less on the default shapes' loads than fixed ones (at
+    /// 10M, level 0's third batch lands in a new, empty level 1 instead of a level 1 of 512 MiB).
+    #[test]
+    fn dynamic_levels_write_less_on_a_load_than_fixed_ones() {
+        for (n, cache) in [(1_000_000u64, 16usize << 20), (10_000_000, 256 << 20)] {
+            let dynamic = Config::for_cache(cache);
+            assert!(dynamic.dynamic_levels);
+            let fixed = Config {
+                dynamic_levels: false,
+                ..dynamic
+            };
+            let (d, f) = (
+                simulate_load(&dynamic, n, 122.0),
+                simulate_load(&fixed, n, 122.0),
+            );
+            assert!(d.merge_write_bytes < f.merge_write_bytes, "{d:?}\n{f:?}");
+            assert_eq!(d.level_bytes.iter().sum::<u64>(), d.flush_bytes);
+        }
+    }
+
     /// What loads of 1M, 3M and 10M keys write at the default shape for their budget (16, 64
     /// and 256 MiB) and beside it, level by level
     /// (`cargo test -p strata --lib load_shapes -- --ignored --nocapture`).
@@ -219,8 +246,21 @@ mod tests {
         ] {
             let base = Config::for_cache(cache);
             let data = n as f64 * 116.0;
+            let fixed = Config {
+                dynamic_levels: false,
+                ..base
+            };
             for (name, cfg) in [
                 ("default", base),
+                ("fixed levels", fixed),
+                (
+                    "fixed levels, l0_runs 4",
+                    Config {
+                        l0_runs: 4,
+                        ..fixed
+                    },
+                ),
+                ("l0_runs 4", Config { l0_runs: 4, ..base }),
                 ("l0_runs 2", Config { l0_runs: 2, ..base }),
                 ("l0_runs 8", Config { l0_runs: 8, ..base }),
                 (
@@ -251,8 +291,13 @@ mod tests {
                     .iter()
                     .map(|b| format!("{:.2}", *b as f64 / data))
                     .collect();
+                let at_end: Vec<String> = sim
+                    .level_bytes
+                    .iter()
+                    .map(|b| format!("{:.2}", *b as f64 / data))
+                    .collect();
                 eprintln!(
-                    "{n} {} MiB {name}: flush {:.2}, merges {:.2} (by level merged into {by:?}), {} merges, {} moves, {} levels",
+                    "{n} {} MiB {name}: flush {:.2}, merges {:.2} (by level merged into {by:?}), {} merges, {} moves, {} levels holding {at_end:?}",
                     cache >> 20,
                     sim.flush_bytes as f64 / data,
                     sim.merge_write_bytes as f64 / data,
