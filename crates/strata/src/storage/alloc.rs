@@ -94,6 +94,65 @@ impl Allocator {
         ext
     }
 
+    /// Extents for blocks of `lens` bytes written back together, in order, as few runs of
+    /// adjacent extents as the free space allows (each run one write). A block that does not
+    /// fit where the one before it ended opens a new run: in the smallest hole that takes all
+    /// the blocks left, else in the smallest that takes this one (best fit, as `alloc`), else at
+    /// the end of the file, which the next block continues if no hole takes it. Holes are
+    /// filled before the file grows, so batching costs no space. Each extent is fresh on its
+    /// own, so one freed early is reused at once.
+    pub fn alloc_run(&mut self, lens: &[u64]) -> Vec<Extent> {
+        let lens: Vec<u64> = lens.iter().map(|&l| Self::round(l)).collect();
+        let mut rest: u64 = lens.iter().sum();
+        let mut out = Vec::with_capacity(lens.len());
+        // The open run: where the next block goes, where its room ends, and whether that room
+        // is a hole taken out of the free map (its remainder goes back).
+        let mut run: Option<(u64, u64, bool)> = None;
+        for &len in &lens {
+            let at = match run {
+                Some((at, limit, _)) if at + len <= limit => at,
+                _ => {
+                    self.close_run(run);
+                    let hole = self
+                        .by_size
+                        .range((rest, 0)..)
+                        .next()
+                        .or_else(|| self.by_size.range((len, 0)..).next())
+                        .copied();
+                    match hole {
+                        Some((size, off)) => {
+                            self.remove_free(off, size);
+                            run = Some((off, off + size, true));
+                            off
+                        }
+                        None => {
+                            run = Some((self.end, self.end + len, false));
+                            self.end += len;
+                            run.expect("just set").0
+                        }
+                    }
+                }
+            };
+            out.push(Extent { offset: at, len });
+            self.fresh.insert(at);
+            rest -= len;
+            if let Some(r) = run.as_mut() {
+                r.0 = at + len;
+            }
+        }
+        self.close_run(run);
+        out
+    }
+
+    /// Give back what a run left of the hole it was cut from.
+    fn close_run(&mut self, run: Option<(u64, u64, bool)>) {
+        if let Some((at, limit, true)) = run {
+            if at < limit {
+                self.insert_free(at, limit - at);
+            }
+        }
+    }
+
     /// The lowest free extent of at least `len` bytes wholly below `limit`, taken; `None` when no
     /// hole there fits. For moving blocks down out of the file's tail.
     pub fn alloc_below(&mut self, len: u64, limit: u64) -> Option<Extent> {
@@ -292,6 +351,38 @@ mod tests {
         assert_eq!(a.alloc(8192).offset, x.offset);
         a.free(z);
         assert_eq!(a.end(), z.offset, "free space at the tail shrinks the end");
+    }
+
+    #[test]
+    fn a_run_takes_one_hole_when_one_fits_and_fills_holes_before_the_end() {
+        let page = |p: u64| 8192 + p * 4096;
+        let used = [0u64, 3, 9].map(|p| Extent {
+            offset: page(p),
+            len: 4096,
+        });
+        // Holes: pages 1-2 (8 KiB) and 4-8 (20 KiB); the file ends after page 9.
+        let mut a = Allocator::from_used(8192, used);
+        let run = a.alloc_run(&[4096, 5000, 4096]);
+        assert_eq!(
+            run.iter().map(|e| (e.offset, e.len)).collect::<Vec<_>>(),
+            [(page(4), 4096), (page(5), 8192), (page(7), 4096)],
+            "the smallest hole that takes them all, adjacent, in order"
+        );
+        // Left: pages 1-2 and 8. Four pages fit no hole together: best fit for each, then the
+        // end of the file.
+        let run = a.alloc_run(&[4096; 4]);
+        assert_eq!(
+            run.iter().map(|e| e.offset).collect::<Vec<_>>(),
+            [page(8), page(1), page(2), page(10)]
+        );
+        // The end of the file is one run however many blocks go there.
+        let run = a.alloc_run(&[4096, 8192]);
+        assert_eq!((run[0].offset, run[1].offset), (page(11), page(12)));
+        assert_eq!(a.free_bytes(), 0);
+        assert_eq!(a.end(), page(14));
+        // Each piece is fresh on its own: freeing one reuses it at once.
+        a.free(run[0]);
+        assert_eq!(a.alloc(4096), run[0]);
     }
 
     #[test]
