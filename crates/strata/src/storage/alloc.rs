@@ -26,12 +26,18 @@ impl Extent {
     }
 }
 
+/// The share of the file that holes may take before a run of blocks written back together
+/// stops going to the end of the file and fills holes instead (`Allocator::alloc_run`).
+pub const RUN_SLACK: f64 = 0.25;
+
 #[derive(Debug)]
 pub struct Allocator {
     /// One past the last byte any extent may occupy; the file need not be longer.
     end: u64,
     by_offset: BTreeMap<u64, u64>,
     by_size: BTreeSet<(u64, u64)>,
+    /// The bytes in `by_offset`.
+    free_total: u64,
     fresh: HashSet<u64>,
     pending: Vec<Extent>,
     /// Freed before the checkpoint being committed began: reusable once it is durable.
@@ -44,6 +50,7 @@ impl Allocator {
             end: base,
             by_offset: BTreeMap::new(),
             by_size: BTreeSet::new(),
+            free_total: 0,
             fresh: HashSet::new(),
             pending: Vec::new(),
             committing: Vec::new(),
@@ -97,10 +104,12 @@ impl Allocator {
     /// Extents for blocks of `lens` bytes written back together, in order, as few runs of
     /// adjacent extents as the free space allows (each run one write). A block that does not
     /// fit where the one before it ended opens a new run: in the smallest hole that takes all
-    /// the blocks left, else in the smallest that takes this one (best fit, as `alloc`), else at
-    /// the end of the file, which the next block continues if no hole takes it. Holes are
-    /// filled before the file grows, so batching costs no space. Each extent is fresh on its
-    /// own, so one freed early is reused at once.
+    /// the blocks left; else, while holes are at most `RUN_SLACK` of the space below the end,
+    /// at the end of the file for all of them; else in the smallest hole that takes this
+    /// block (best fit, as `alloc`), or at the end if none does. Copy-on-write leaves
+    /// node-sized holes scattered over the file, so runs need room beyond them: the slack
+    /// bounds what they cost in space, and past it holes are filled before the file grows.
+    /// Each extent is fresh on its own, so one freed early is reused at once.
     pub fn alloc_run(&mut self, lens: &[u64]) -> Vec<Extent> {
         let lens: Vec<u64> = lens.iter().map(|&l| Self::round(l)).collect();
         let mut rest: u64 = lens.iter().sum();
@@ -113,11 +122,18 @@ impl Allocator {
                 Some((at, limit, _)) if at + len <= limit => at,
                 _ => {
                     self.close_run(run);
+                    let slack = self.free_total as f64 <= RUN_SLACK * self.end as f64;
                     let hole = self
                         .by_size
                         .range((rest, 0)..)
                         .next()
-                        .or_else(|| self.by_size.range((len, 0)..).next())
+                        .or_else(|| {
+                            if slack {
+                                None
+                            } else {
+                                self.by_size.range((len, 0)..).next()
+                            }
+                        })
                         .copied();
                     match hole {
                         Some((size, off)) => {
@@ -126,9 +142,10 @@ impl Allocator {
                             off
                         }
                         None => {
-                            run = Some((self.end, self.end + len, false));
-                            self.end += len;
-                            run.expect("just set").0
+                            let room = if slack { rest } else { len };
+                            run = Some((self.end, self.end + room, false));
+                            self.end += room;
+                            self.end - room
                         }
                     }
                 }
@@ -210,7 +227,7 @@ impl Allocator {
     }
 
     pub fn free_bytes(&self) -> u64 {
-        self.by_offset.values().sum()
+        self.free_total
     }
 
     pub fn pending_bytes(&self) -> u64 {
@@ -242,11 +259,13 @@ impl Allocator {
     }
 
     fn insert_free(&mut self, off: u64, len: u64) {
+        self.free_total += len;
         self.by_offset.insert(off, len);
         self.by_size.insert((len, off));
     }
 
     fn remove_free(&mut self, off: u64, len: u64) {
+        self.free_total -= len;
         self.by_offset.remove(&off);
         self.by_size.remove(&(len, off));
     }
@@ -354,13 +373,13 @@ mod tests {
     }
 
     #[test]
-    fn a_run_takes_one_hole_when_one_fits_and_fills_holes_before_the_end() {
+    fn a_run_takes_one_hole_when_one_fits_and_fills_holes_past_the_slack() {
         let page = |p: u64| 8192 + p * 4096;
-        let used = [0u64, 3, 9].map(|p| Extent {
+        let used = [0u64, 3, 11].map(|p| Extent {
             offset: page(p),
             len: 4096,
         });
-        // Holes: pages 1-2 (8 KiB) and 4-8 (20 KiB); the file ends after page 9.
+        // Holes: pages 1-2 and 4-10, 36 KiB of the 56 below the end (after page 11).
         let mut a = Allocator::from_used(8192, used);
         let run = a.alloc_run(&[4096, 5000, 4096]);
         assert_eq!(
@@ -368,21 +387,20 @@ mod tests {
             [(page(4), 4096), (page(5), 8192), (page(7), 4096)],
             "the smallest hole that takes them all, adjacent, in order"
         );
-        // Left: pages 1-2 and 8. Four pages fit no hole together: best fit for each, then the
-        // end of the file.
+        // Left: pages 1-2 and 8-10, more than the slack: no hole takes four pages, so each
+        // block goes where it fits best, and the next continues there.
         let run = a.alloc_run(&[4096; 4]);
         assert_eq!(
             run.iter().map(|e| e.offset).collect::<Vec<_>>(),
-            [page(8), page(1), page(2), page(10)]
+            [page(1), page(2), page(8), page(9)]
         );
-        // The end of the file is one run however many blocks go there.
+        // Page 10 is left, within the slack: a run that fits no hole goes to the end whole.
         let run = a.alloc_run(&[4096, 8192]);
-        assert_eq!((run[0].offset, run[1].offset), (page(11), page(12)));
-        assert_eq!(a.free_bytes(), 0);
-        assert_eq!(a.end(), page(14));
-        // Each piece is fresh on its own: freeing one reuses it at once.
+        assert_eq!((run[0].offset, run[1].offset), (page(12), page(13)));
+        assert_eq!((a.free_bytes(), a.end()), (4096, page(15)));
+        // Each piece is fresh on its own: freed, it is free at once.
         a.free(run[0]);
-        assert_eq!(a.alloc(4096), run[0]);
+        assert_eq!(a.free_bytes(), 8192);
     }
 
     #[test]
