@@ -681,6 +681,41 @@ pub fn auto_geometry(
     ))
 }
 
+/// The B+-tree node size `strata tune` picks for this many records and cache, priced with the
+/// saved device profile or the built-in figures, as `auto_geometry` does for the Bε-tree. Once
+/// the data outgrows the cache every insert writes a leaf back, so the pick is small (4 KiB
+/// at 1M records and 32 MiB); a fixed 64 KiB node writes about 16 times the bytes there.
+pub fn auto_btree_node(
+    expected_keys: u64,
+    cache_bytes: u64,
+    checkpoint_wal_bytes: u64,
+) -> Result<(usize, Origin)> {
+    let saved = DeviceProfile::load_saved()?.map(|(_, p)| p);
+    Ok(auto_btree_node_with(
+        saved.as_ref(),
+        expected_keys,
+        cache_bytes,
+        checkpoint_wal_bytes,
+    ))
+}
+
+/// `auto_btree_node` with the profile given (`None`: no saved profile).
+pub fn auto_btree_node_with(
+    profile: Option<&DeviceProfile>,
+    expected_keys: u64,
+    cache_bytes: u64,
+    checkpoint_wal_bytes: u64,
+) -> (usize, Origin) {
+    let mut w = Workload::new(expected_keys);
+    w.cache_bytes = cache_bytes;
+    w.checkpoint_wal_bytes = checkpoint_wal_bytes;
+    let (p, origin) = match profile {
+        Some(p) if p.affine_holds().is_ok() => (p.clone(), Origin::Profile),
+        _ => (DeviceProfile::builtin(), Origin::Builtin),
+    };
+    (recommend(&p, &w).btree.node_bytes as usize, origin)
+}
+
 /// `auto_geometry` with the profile given (`None`: no saved profile): the same rule, for
 /// whoever needs to know what geometry an engine opened with a saved profile got.
 pub fn auto_geometry_with(
