@@ -889,7 +889,10 @@ mod tests {
         for w in exts.windows(2) {
             assert_eq!(w[0].end(), w[1].offset, "adjacent, in the order given");
         }
-        assert_eq!(after.bytes_written - before.bytes_written, exts[4].end() - exts[0].offset);
+        assert_eq!(
+            after.bytes_written - before.bytes_written,
+            exts[4].end() - exts[0].offset
+        );
         p.commit(1, Vec::new()).unwrap();
         let (q, _) = Pager::open(dev).unwrap();
         for (i, &id) in ids.iter().enumerate() {
