@@ -138,6 +138,9 @@ enum Kind {
     BeTree,
     /// The B+-tree with nodes of this size.
     BTree(usize),
+    /// The B+-tree with the node size the tuner picks for the cache and the records
+    /// (`tune::auto_btree_node`).
+    BTreeTuned,
     /// The LSM-tree: this policy and T, the rest `LsmConfig::for_cache`.
     Lsm(strata::LsmPolicy, u32),
     /// Exactly this engine and geometry (the advisor's).
@@ -167,9 +170,26 @@ impl Strata {
         Strata::new("strata-betree", Kind::BeTree)
     }
 
-    /// The B+-tree with 64 KiB nodes.
+    /// The B+-tree with the tuner's node size for the cache and the records, as the Bε-tree
+    /// gets the tuner's geometry: a fixed 64 KiB node wrote 263× the data once the tree
+    /// outgrew the cache, where the tuned 4 KiB wrote 25× (docs/btree.md).
     pub fn btree() -> Strata {
-        Strata::new("strata-btree", Kind::BTree(64 << 10))
+        Strata::new("strata-btree", Kind::BTreeTuned)
+    }
+
+    /// The B+-tree with nodes of `node` bytes, named `name`.
+    pub fn btree_sized(name: &'static str, node: usize) -> Strata {
+        Strata::new(name, Kind::BTree(node))
+    }
+
+    fn btree_node(cfg: &Config, profile: Option<&strata::DeviceProfile>) -> usize {
+        strata::tune::auto_btree_node_with(
+            profile,
+            cfg.expected_records,
+            cfg.cache_bytes,
+            Options::default().checkpoint_wal_bytes,
+        )
+        .0
     }
 
     /// The LSM-tree, leveled with T = 10 (RocksDB's default shape), its memtable a quarter of
@@ -214,6 +234,10 @@ impl Strata {
         match self.kind {
             Kind::BeTree => opts,
             Kind::BTree(node) => opts.btree(node),
+            Kind::BTreeTuned => {
+                let saved = strata::DeviceProfile::load_saved().ok().flatten();
+                opts.btree(Self::btree_node(cfg, saved.as_ref().map(|(_, p)| p)))
+            }
             Kind::Lsm(policy, t) => opts.lsm(Self::lsm_config(cfg, policy, t)),
             Kind::Shape(shape) => opts.shape(shape),
         }
@@ -221,9 +245,11 @@ impl Strata {
 }
 
 /// strata's engines in other shapes, run when named (`--engines`) but not by default: the
-/// LSM-tree tiered and with lazy leveling, T = 10.
+/// B+-tree with the fixed 64 KiB nodes it had before it was tuned, and the LSM-tree tiered and
+/// with lazy leveling, T = 10.
 pub fn strata_variants() -> Vec<Box<dyn Subject>> {
     vec![
+        Box::new(Strata::btree_sized("strata-btree-64k", 64 << 10)),
         Box::new(Strata::new(
             "strata-lsm-tiered",
             Kind::Lsm(strata::LsmPolicy::Tiered, 10),
@@ -274,6 +300,18 @@ impl Subject for Strata {
                 Err(e) => format!("Bε-tree, geometry unknown: {e}"),
             },
             Kind::BTree(node) => format!("B+-tree, {} KiB nodes", node >> 10),
+            Kind::BTreeTuned => match strata::tune::auto_btree_node(
+                o.expected_keys,
+                o.cache_bytes as u64,
+                o.checkpoint_wal_bytes,
+            ) {
+                Ok((node, origin)) => format!(
+                    "B+-tree, {} KiB nodes ({})",
+                    node >> 10,
+                    origin.describe()
+                ),
+                Err(e) => format!("B+-tree, node size unknown: {e}"),
+            },
             Kind::Lsm(policy, t) => format!(
                 "LSM-tree, {}; merges on a thread of their own, one at a time (writes stall at 2·trigger + 4 level-0 runs)",
                 Self::lsm_config(cfg, policy, t).describe()
@@ -320,6 +358,9 @@ impl Subject for Strata {
                 .0,
             ),
             Kind::BTree(node) => EngineShape::BTree { node_size: node },
+            Kind::BTreeTuned => EngineShape::BTree {
+                node_size: Self::btree_node(cfg, profile),
+            },
             Kind::Lsm(policy, t) => EngineShape::Lsm(Self::lsm_config(cfg, policy, t)),
             Kind::Shape(shape) => shape,
         })

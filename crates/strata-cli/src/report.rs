@@ -53,6 +53,9 @@ pub struct CacheView {
     pub hit_rate: f64,
     pub evictions: u64,
     pub writebacks: u64,
+    pub writeback_ios: u64,
+    pub checkpoint_nodes: u64,
+    pub checkpoint_ios: u64,
 }
 
 impl From<&CacheStats> for CacheView {
@@ -67,6 +70,9 @@ impl From<&CacheStats> for CacheView {
             hit_rate: ratio(c.hits as f64, (c.hits + c.misses) as f64),
             evictions: c.evictions,
             writebacks: c.writebacks,
+            writeback_ios: c.writeback_ios,
+            checkpoint_nodes: c.checkpoint_nodes,
+            checkpoint_ios: c.checkpoint_ios,
         }
     }
 }
@@ -154,8 +160,8 @@ impl DbView {
             format!("{} / {} ({})", c.hits, c.misses, hit_rate(c.hit_rate)),
         );
         t.row(
-            "evictions / writebacks",
-            format!("{} / {}", c.evictions, c.writebacks),
+            "evictions / writebacks (writes)",
+            format!("{} / {} ({})", c.evictions, c.writebacks, c.writeback_ios),
         );
     }
 }

@@ -1,8 +1,12 @@
 //! Direct checks of the B+-tree through `Db`: many keys in tiny nodes (so splits, merges and
-//! evictions happen constantly), large values out of line, reopen, and the invariant checker.
+//! evictions happen constantly), large values out of line, reopen, the invariant checker, and
+//! dirty leaves written back in batches, in key order, once the tree outgrows the cache.
+
+mod common;
 
 use std::collections::BTreeMap;
 
+use common::{leaf_keys, nodes, Place, DATA, KIND_LEAF};
 use strata::storage::SimEnv;
 use strata::{Db, Durability, Options};
 
@@ -75,4 +79,85 @@ fn large_values_and_keys_round_trip() {
     assert_eq!(db.get(&long_key).unwrap().unwrap(), b"long key");
     assert_eq!(db.get([b'x', 7]).unwrap().unwrap(), vec![7u8; 3000]);
     db.check().unwrap();
+}
+
+/// A load past a small cache: every insert that misses evicts a dirty leaf, and the pool
+/// writes those back in batches, in adjacent extents while the file has room for runs, so the
+/// writes are a fraction of the leaves written back (35,885 leaves in 13,843 writes when this
+/// was written); and a 4 KiB leaf costs at most 4 KiB per insert, the B+-tree's write
+/// amplification with the data beyond the cache.
+#[test]
+fn a_load_past_the_cache_writes_leaves_back_in_batches() {
+    let place = Place::sim();
+    let opts = Options::default()
+        .btree(4096)
+        .cache_bytes(1 << 20)
+        .durability(Durability::None);
+    let db = place.open(opts).unwrap();
+    let n = 40_000u64;
+    for i in 0..n {
+        db.put(key(i), [7u8; 100]).unwrap();
+    }
+    let m = db.metrics();
+    let c = &m.engine.cache;
+    assert!(c.writebacks > n / 4, "the tree outgrew the cache: {c:?}");
+    assert!(
+        c.writeback_ios * 2 < c.writebacks,
+        "write-backs coalesce: {} writes for {} leaves",
+        c.writeback_ios,
+        c.writebacks
+    );
+    // Each write-back is one 4 KiB leaf; nothing else writes the data file before a checkpoint.
+    assert!(
+        m.data_io.bytes_written <= c.writebacks * 4096 + 4 * 4096,
+        "{} bytes for {} write-backs",
+        m.data_io.bytes_written,
+        c.writebacks
+    );
+    assert!(
+        m.data_io.bytes_written < n * 4096,
+        "under a leaf per insert: {} bytes",
+        m.data_io.bytes_written
+    );
+    db.check().unwrap();
+    db.close().unwrap();
+    let db = place.open(Options::default()).unwrap();
+    assert_eq!(db.check().unwrap().keys, n);
+}
+
+/// A checkpoint writes its dirty leaves in key order, as few writes as the free space allows:
+/// with every leaf dirty and the file empty, the leaves lie in the file in key order.
+#[test]
+fn a_checkpoint_lays_dirty_leaves_out_in_key_order() {
+    let place = Place::sim();
+    let opts = Options::default()
+        .btree(4096)
+        .cache_bytes(64 << 20)
+        .durability(Durability::None);
+    let db = place.open(opts).unwrap();
+    for i in 0..5_000u64 {
+        db.put(key(i), [1u8; 60]).unwrap();
+    }
+    db.checkpoint().unwrap();
+    let c = db.metrics().engine.cache;
+    assert!(c.checkpoint_nodes > 50, "{c:?}");
+    assert!(
+        c.checkpoint_ios * 20 <= c.checkpoint_nodes,
+        "{} writes for {} nodes",
+        c.checkpoint_ios,
+        c.checkpoint_nodes
+    );
+    drop(db);
+    let data = place.read(DATA).unwrap();
+    let mut leaves: Vec<(u64, Vec<u8>)> = nodes(&data)
+        .into_iter()
+        .filter(|(_, kind)| *kind == KIND_LEAF)
+        .map(|(e, _)| (e.offset, leaf_keys(&data, e.offset)[0].clone()))
+        .collect();
+    assert!(leaves.len() > 50, "{} leaves", leaves.len());
+    leaves.sort();
+    assert!(
+        leaves.windows(2).all(|w| w[0].1 < w[1].1),
+        "leaves in file order are in key order"
+    );
 }

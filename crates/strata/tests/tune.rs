@@ -348,6 +348,26 @@ fn the_tuner_warns_of_the_btrees_write_amplification_beyond_the_cache() {
         r.betree.load_wa
     );
     assert!(warning.contains(&format!("{bt_wa:.0}×")), "{warning}");
+    // The ratio that makes it wrong, and the WA of 64 KiB nodes, which rewrite more per insert.
+    let ratio = big.data_bytes() / big.cache_bytes as f64;
+    assert!(ratio > 100.0, "{ratio}");
+    assert!(
+        warning.contains(&format!("about {ratio:.1}× it")),
+        "{warning}"
+    );
+    assert_ne!(r.btree.node_bytes, 64 << 10);
+    let wide = r
+        .btree
+        .table
+        .iter()
+        .find(|row| row.node_bytes == 64 << 10)
+        .expect("64 KiB is priced");
+    let wide_wa = wide.insert.write_bytes / logical + r.betree.load_wa.log;
+    assert!(wide_wa > bt_wa, "{wide_wa} {bt_wa}");
+    assert!(
+        warning.contains(&format!("({wide_wa:.0}× with 64 KiB nodes)")),
+        "{warning}"
+    );
     let mut small = Workload::new(100_000);
     small.cache_bytes = 1 << 30;
     let r = tune::recommend(&p, &small);

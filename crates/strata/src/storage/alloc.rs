@@ -26,12 +26,18 @@ impl Extent {
     }
 }
 
+/// The share of the file that holes may take before a run of blocks written back together
+/// stops going to the end of the file and fills holes instead (`Allocator::alloc_run`).
+pub const RUN_SLACK: f64 = 0.25;
+
 #[derive(Debug)]
 pub struct Allocator {
     /// One past the last byte any extent may occupy; the file need not be longer.
     end: u64,
     by_offset: BTreeMap<u64, u64>,
     by_size: BTreeSet<(u64, u64)>,
+    /// The bytes in `by_offset`.
+    free_total: u64,
     fresh: HashSet<u64>,
     pending: Vec<Extent>,
     /// Freed before the checkpoint being committed began: reusable once it is durable.
@@ -44,6 +50,7 @@ impl Allocator {
             end: base,
             by_offset: BTreeMap::new(),
             by_size: BTreeSet::new(),
+            free_total: 0,
             fresh: HashSet::new(),
             pending: Vec::new(),
             committing: Vec::new(),
@@ -92,6 +99,75 @@ impl Allocator {
         };
         self.fresh.insert(ext.offset);
         ext
+    }
+
+    /// Extents for blocks of `lens` bytes written back together, in order, as few runs of
+    /// adjacent extents as the free space allows (each run one write). A block that does not
+    /// fit where the one before it ended opens a new run: in the smallest hole that takes all
+    /// the blocks left; else, while holes are at most `RUN_SLACK` of the space below the end,
+    /// at the end of the file for all of them; else in the smallest hole that takes this
+    /// block (best fit, as `alloc`), or at the end if none does. Copy-on-write leaves
+    /// node-sized holes scattered over the file, so runs need room beyond them: the slack
+    /// bounds what they cost in space, and past it holes are filled before the file grows.
+    /// Each extent is fresh on its own, so one freed early is reused at once.
+    pub fn alloc_run(&mut self, lens: &[u64]) -> Vec<Extent> {
+        let lens: Vec<u64> = lens.iter().map(|&l| Self::round(l)).collect();
+        let mut rest: u64 = lens.iter().sum();
+        let mut out = Vec::with_capacity(lens.len());
+        // The open run: where the next block goes, where its room ends, and whether that room
+        // is a hole taken out of the free map (its remainder goes back).
+        let mut run: Option<(u64, u64, bool)> = None;
+        for &len in &lens {
+            let at = match run {
+                Some((at, limit, _)) if at + len <= limit => at,
+                _ => {
+                    self.close_run(run);
+                    let slack = self.free_total as f64 <= RUN_SLACK * self.end as f64;
+                    let hole = self
+                        .by_size
+                        .range((rest, 0)..)
+                        .next()
+                        .or_else(|| {
+                            if slack {
+                                None
+                            } else {
+                                self.by_size.range((len, 0)..).next()
+                            }
+                        })
+                        .copied();
+                    match hole {
+                        Some((size, off)) => {
+                            self.remove_free(off, size);
+                            run = Some((off, off + size, true));
+                            off
+                        }
+                        None => {
+                            let room = if slack { rest } else { len };
+                            run = Some((self.end, self.end + room, false));
+                            self.end += room;
+                            self.end - room
+                        }
+                    }
+                }
+            };
+            out.push(Extent { offset: at, len });
+            self.fresh.insert(at);
+            rest -= len;
+            if let Some(r) = run.as_mut() {
+                r.0 = at + len;
+            }
+        }
+        self.close_run(run);
+        out
+    }
+
+    /// Give back what a run left of the hole it was cut from.
+    fn close_run(&mut self, run: Option<(u64, u64, bool)>) {
+        if let Some((at, limit, true)) = run {
+            if at < limit {
+                self.insert_free(at, limit - at);
+            }
+        }
     }
 
     /// The lowest free extent of at least `len` bytes wholly below `limit`, taken; `None` when no
@@ -151,7 +227,7 @@ impl Allocator {
     }
 
     pub fn free_bytes(&self) -> u64 {
-        self.by_offset.values().sum()
+        self.free_total
     }
 
     pub fn pending_bytes(&self) -> u64 {
@@ -183,11 +259,13 @@ impl Allocator {
     }
 
     fn insert_free(&mut self, off: u64, len: u64) {
+        self.free_total += len;
         self.by_offset.insert(off, len);
         self.by_size.insert((len, off));
     }
 
     fn remove_free(&mut self, off: u64, len: u64) {
+        self.free_total -= len;
         self.by_offset.remove(&off);
         self.by_size.remove(&(len, off));
     }
@@ -292,6 +370,37 @@ mod tests {
         assert_eq!(a.alloc(8192).offset, x.offset);
         a.free(z);
         assert_eq!(a.end(), z.offset, "free space at the tail shrinks the end");
+    }
+
+    #[test]
+    fn a_run_takes_one_hole_when_one_fits_and_fills_holes_past_the_slack() {
+        let page = |p: u64| 8192 + p * 4096;
+        let used = [0u64, 3, 11].map(|p| Extent {
+            offset: page(p),
+            len: 4096,
+        });
+        // Holes: pages 1-2 and 4-10, 36 KiB of the 56 below the end (after page 11).
+        let mut a = Allocator::from_used(8192, used);
+        let run = a.alloc_run(&[4096, 5000, 4096]);
+        assert_eq!(
+            run.iter().map(|e| (e.offset, e.len)).collect::<Vec<_>>(),
+            [(page(4), 4096), (page(5), 8192), (page(7), 4096)],
+            "the smallest hole that takes them all, adjacent, in order"
+        );
+        // Left: pages 1-2 and 8-10, more than the slack: no hole takes four pages, so each
+        // block goes where it fits best, and the next continues there.
+        let run = a.alloc_run(&[4096; 4]);
+        assert_eq!(
+            run.iter().map(|e| e.offset).collect::<Vec<_>>(),
+            [page(1), page(2), page(8), page(9)]
+        );
+        // Page 10 is left, within the slack: a run that fits no hole goes to the end whole.
+        let run = a.alloc_run(&[4096, 8192]);
+        assert_eq!((run[0].offset, run[1].offset), (page(12), page(13)));
+        assert_eq!((a.free_bytes(), a.end()), (4096, page(15)));
+        // Each piece is fresh on its own: freed, it is free at once.
+        a.free(run[0]);
+        assert_eq!(a.free_bytes(), 8192);
     }
 
     #[test]

@@ -37,7 +37,7 @@ impl BTree {
             return Err(bad("height out of range"));
         }
         Ok(BTree {
-            store: NodeStore::new(pager, cache_bytes),
+            store: BTree::pool(pager, cache_bytes),
             merge,
             root,
             node_size,

@@ -45,6 +45,7 @@ use crate::kv::{
     write_blob, Keys, MergeOperator, Val,
 };
 use crate::storage::block::BLOCK_HEADER;
+use crate::storage::pager::MAX_RUN_IO;
 use crate::storage::{Checkpoint, Commit, Device, NodeId, NodeStore, Pager, Pin};
 
 /// The first byte of the engine metadata in the superblock.
@@ -87,7 +88,7 @@ impl BTree {
         merge: Option<Arc<dyn MergeOperator>>,
     ) -> Result<BTree> {
         Self::check_node_size(node_size)?;
-        let mut store = NodeStore::new(pager, cache_bytes);
+        let mut store = Self::pool(pager, cache_bytes);
         let root = store.create(Node::Leaf(Leaf::new()))?.id();
         let mut t = BTree {
             store,
@@ -109,7 +110,19 @@ impl BTree {
     pub fn node_size(&self) -> usize {
         self.node_size
     }
+
+    /// The buffer pool, writing dirty nodes back in batches of up to a sixteenth of it (4 MiB
+    /// at most): once the tree outgrows the cache every insert evicts a dirty leaf, and a batch
+    /// turns a write per leaf into one per run of adjacent extents (docs/btree.md).
+    pub(super) fn pool(pager: Pager, cache_bytes: usize) -> NodeStore<Node> {
+        let mut store = NodeStore::new(pager, cache_bytes);
+        store.set_writeback_batch((cache_bytes / WRITEBACK_BATCH_SHARE).min(MAX_RUN_IO as usize));
+        store
+    }
 }
+
+/// The share of the cache one write-back batch may take (see `BTree::pool`).
+const WRITEBACK_BATCH_SHARE: usize = 16;
 
 impl Engine for BTree {
     fn name(&self) -> &'static str {

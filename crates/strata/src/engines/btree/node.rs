@@ -234,6 +234,20 @@ impl StoredNode for Node {
         Sealed::new(id, kind, &buf, Vec::new())
     }
 
+    /// The first key: dirty nodes written back together go to disk in key order, so a scan
+    /// of keys written back in one batch reads adjacent extents.
+    fn order_key(&self) -> Vec<u8> {
+        let keys = match self {
+            Node::Leaf(l) => &l.keys,
+            Node::Internal(n) => &n.keys,
+        };
+        if keys.is_empty() {
+            Vec::new()
+        } else {
+            keys.get(0).to_vec()
+        }
+    }
+
     fn charge(&self) -> usize {
         match self {
             Node::Leaf(l) => 128 + l.bytes + l.keys.len() * ENTRY_OVERHEAD,
