@@ -297,6 +297,22 @@ fn the_pool_gets_what_the_memtable_leaves() {
 /// checkpoint; measured reads are the device reads per point query of a random loaded key after a
 /// reopen and a warm-up as long as the measurement, against the model's `point.reads` (a
 /// block, plus the false positives above it, times the share of blocks the cache misses).
+/// Load `n` random keys (`key` of a random u64) with 100-byte values, in batches of 1,000;
+/// returns the u64s loaded, in load order.
+fn load_random(db: &strata::Db, n: u64, rng: &mut Rng, key: impl Fn(u64) -> Vec<u8>) -> Vec<u64> {
+    let mut loaded = Vec::with_capacity(n as usize);
+    for _ in 0..n / 1000 {
+        let mut b = strata::WriteBatch::new();
+        for _ in 0..1000 {
+            let x = rng.next_u64();
+            loaded.push(x);
+            b.put(key(x), [7u8; 100]);
+        }
+        db.write(b).unwrap();
+    }
+    loaded
+}
+
 /// Prints one table row per policy (docs/lsm.md) and holds both within 20%.
 fn model_at_scale(n: u64, cache: usize) {
     for policy in [LsmPolicy::Leveled, LsmPolicy::Tiered] {
@@ -318,18 +334,8 @@ fn model_at_scale(n: u64, cache: usize) {
         let db = place.open(o.clone()).unwrap();
         let mut rng = Rng::new(n ^ policy as u64);
         let k = |x: u64| format!("{x:016x}").into_bytes();
-        let mut loaded = Vec::with_capacity(n as usize);
-        let mut logical = 0u64;
-        for _ in 0..n / 1000 {
-            let mut b = strata::WriteBatch::new();
-            for _ in 0..1000 {
-                let x = rng.next_u64();
-                loaded.push(x);
-                b.put(k(x), [7u8; 100]);
-                logical += 116;
-            }
-            db.write(b).unwrap();
-        }
+        let loaded = load_random(&db, n, &mut rng, k);
+        let logical = loaded.len() as u64 * 116;
         db.checkpoint().unwrap();
         let m = db.metrics();
         let wa = (m.wal_io.bytes_written + m.data_io.bytes_written) as f64 / logical as f64;
@@ -426,16 +432,7 @@ fn space_at_rest(cfg: LsmConfig) -> f64 {
         ]
         .concat()
     };
-    let mut loaded = Vec::with_capacity(n as usize);
-    for _ in 0..n / 1000 {
-        let mut b = strata::WriteBatch::new();
-        for _ in 0..1000 {
-            let x = rng.next_u64();
-            loaded.push(x);
-            b.put(k(x), [7u8; 100]);
-        }
-        db.write(b).unwrap();
-    }
+    let loaded = load_random(&db, n, &mut rng, k);
     db.checkpoint().unwrap();
     let logical = (n * 116) as f64;
     let m = db.metrics().engine;
