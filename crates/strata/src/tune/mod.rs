@@ -680,7 +680,10 @@ pub fn recommend(profile: &DeviceProfile, workload: &Workload) -> Recommendation
 
 /// The tuner's Bε-tree choice as an engine geometry.
 pub fn geometry(profile: &DeviceProfile, workload: &Workload) -> Geometry {
-    let b = recommend(profile, workload).betree;
+    betree_geometry(&recommend(profile, workload).betree)
+}
+
+fn betree_geometry(b: &BeTreeChoice) -> Geometry {
     Geometry {
         node_size: b.node_bytes as usize,
         fanout: b.fanout as usize,
@@ -734,14 +737,25 @@ pub fn auto_btree_node_with(
     cache_bytes: u64,
     checkpoint_wal_bytes: u64,
 ) -> (usize, Origin) {
+    let (r, origin) = auto_recommend(profile, expected_keys, cache_bytes, checkpoint_wal_bytes);
+    (r.btree.node_bytes as usize, origin)
+}
+
+/// The tuner's recommendation a new database's automatic geometry comes from: priced with
+/// `profile` when its affine fit holds, else with the built-in figures.
+fn auto_recommend(
+    profile: Option<&DeviceProfile>,
+    expected_keys: u64,
+    cache_bytes: u64,
+    checkpoint_wal_bytes: u64,
+) -> (Recommendation, Origin) {
     let mut w = Workload::new(expected_keys);
     w.cache_bytes = cache_bytes;
     w.checkpoint_wal_bytes = checkpoint_wal_bytes;
-    let (p, origin) = match profile {
-        Some(p) if p.affine_holds().is_ok() => (p.clone(), Origin::Profile),
-        _ => (DeviceProfile::builtin(), Origin::Builtin),
-    };
-    (recommend(&p, &w).btree.node_bytes as usize, origin)
+    match profile {
+        Some(p) if p.affine_holds().is_ok() => (recommend(p, &w), Origin::Profile),
+        _ => (recommend(&DeviceProfile::builtin(), &w), Origin::Builtin),
+    }
 }
 
 /// `auto_geometry` with the profile given (`None`: no saved profile): the same rule, for
@@ -752,11 +766,6 @@ pub fn auto_geometry_with(
     cache_bytes: u64,
     checkpoint_wal_bytes: u64,
 ) -> (Geometry, Origin) {
-    let mut w = Workload::new(expected_keys);
-    w.cache_bytes = cache_bytes;
-    w.checkpoint_wal_bytes = checkpoint_wal_bytes;
-    match profile {
-        Some(p) if p.affine_holds().is_ok() => (geometry(p, &w), Origin::Profile),
-        _ => (geometry(&DeviceProfile::builtin(), &w), Origin::Builtin),
-    }
+    let (r, origin) = auto_recommend(profile, expected_keys, cache_bytes, checkpoint_wal_bytes);
+    (betree_geometry(&r.betree), origin)
 }
