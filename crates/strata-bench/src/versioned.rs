@@ -211,6 +211,9 @@ impl Config {
                     block_bytes: self.block_bytes as usize,
                     filter_bits: 10.0,
                     density_amplification: line == Line::Sda,
+                    // The other half: the arrays' heads first, the kept runs, then a block
+                    // cache of the smallest levels in what is left.
+                    cache_bytes: self.cache_bytes as usize - buffer,
                 })
             }
         }

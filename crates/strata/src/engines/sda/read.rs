@@ -23,6 +23,7 @@ use std::collections::VecDeque;
 
 use super::array::BlockView;
 use super::buffer::Writes;
+use super::cache::BlockCache;
 use super::*;
 use crate::kv::within;
 
@@ -55,17 +56,26 @@ impl Recent {
     /// takes a run of blocks from `i` towards `bound` (inclusive; below `i` when `reverse`):
     /// twice as many as the array's run it follows (the one ending just before `i` in the
     /// scan's direction, as the next page of a scan finds it), up to `MAX_RUN_BLOCKS`, or 2.
+    /// A block of an array the cache keeps (`level` resident) is taken from the cache if
+    /// there, and put there once parsed.
     #[allow(clippy::too_many_arguments)]
     fn block(
         &mut self,
         pager: &Pager,
+        cache: &mut BlockCache,
         head: &Head,
-        id: NodeId,
+        (id, level): (NodeId, usize),
         i: usize,
         bound: usize,
         reverse: bool,
         keep: usize,
     ) -> Result<Arc<BlockView>> {
+        let cached = cache.keeps(level);
+        if cached {
+            if let Some(b) = cache.get(id, i) {
+                return Ok(b);
+            }
+        }
         let at = match self
             .runs
             .iter()
@@ -109,7 +119,16 @@ impl Recent {
         }
         let b = Arc::new(head.run_block(pager, id, &r.bytes, r.first, i)?);
         r.blocks[i - r.first] = Some(b.clone());
+        if cached {
+            let len = head.blocks[i].part.len as usize;
+            cache.admit(id, level, i, Arc::new(b.detached(len)));
+        }
         Ok(b)
+    }
+
+    /// Bytes of the runs kept.
+    pub(super) fn bytes(&self) -> usize {
+        self.runs.iter().map(|r| r.bytes.len()).sum()
     }
 
     /// Forget the blocks of a freed array.
@@ -132,11 +151,13 @@ fn consider(best: &mut Option<Best>, version: Version, seq: u64, value: Option<&
 }
 
 impl Sda {
-    fn serving(&self, v: Version) -> Vec<NodeId> {
-        self.arrays()
-            .filter(|a| a.serves(v))
-            .map(|a| a.id)
-            .collect()
+    /// The arrays serving `v` (at most one per level), with their levels.
+    fn serving(&self, v: Version) -> Vec<(NodeId, usize)> {
+        let mut out = Vec::new();
+        for (level, arrays) in self.levels.iter().enumerate() {
+            out.extend(arrays.iter().filter(|a| a.serves(v)).map(|a| (a.id, level)));
+        }
+        out
     }
 
     pub(super) fn point(&mut self, v: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -151,13 +172,25 @@ impl Sda {
             }
         }
         let ancestry = Ancestry::from(ancestry);
-        for id in self.serving(v) {
+        self.fit_cache();
+        for (id, level) in self.serving(v) {
             let head = self.head(id)?;
             let first = head.firsts.first().unwrap_or_default();
             if key < first || key > head.largest.as_slice() || !head.filter.may_hold(key) {
                 continue;
             }
-            let block = head.read_block(&self.pager, id, head.block_for(key))?;
+            let i = head.block_for(key);
+            let cached = self.cache.keeps(level);
+            let block = match cached.then(|| self.cache.get(id, i)).flatten() {
+                Some(b) => b,
+                None => {
+                    let b = Arc::new(head.read_block(&self.pager, id, i)?);
+                    if cached {
+                        self.cache.admit(id, level, i, b.clone());
+                    }
+                    b
+                }
+            };
             // Entries of a key sort by version descending: the first visible is the nearest.
             if let Some(i) = (0..block.len())
                 .find(|&i| block.key(i) == key && ancestry.contains(&block.version(i)))
@@ -182,10 +215,11 @@ impl Sda {
             return Ok(());
         }
         let chain = self.tree.ancestry(v);
+        self.fit_cache();
         let mut cursors = Vec::new();
-        for id in self.serving(v) {
+        for (id, level) in self.serving(v) {
             let head = self.head(id)?;
-            if let Some(c) = Cursor::new(id, head, lo, hi, reverse) {
+            if let Some(c) = Cursor::new((id, level), head, lo, hi, reverse) {
                 cursors.push(c);
             }
         }
@@ -199,7 +233,7 @@ impl Sda {
             .collect();
         let ancestry = Ancestry::from(chain);
         // Disjoint borrows: the buffer is read while blocks are read and kept.
-        let (pager, recent) = (&self.pager, &mut self.recent);
+        let (pager, recent, cache) = (&self.pager, &mut self.recent, &mut self.cache);
         // A scan at v reads at most one array per level.
         let keep = self.levels.len() + 1;
         let nearer = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
@@ -208,7 +242,7 @@ impl Sda {
             // Every cursor at its front first, then the nearest front key, copied once.
             let mut fronts = Vec::with_capacity(cursors.len());
             for (i, c) in cursors.iter_mut().enumerate() {
-                if c.front(pager, recent, keep, &ancestry)?.is_some() {
+                if c.front(pager, recent, cache, keep, &ancestry)?.is_some() {
                     fronts.push(i);
                 }
             }
@@ -306,7 +340,8 @@ fn empty_range(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
 /// in the scan's direction: the block being walked (shared with `Recent`, not copied) and the
 /// place in it.
 struct Cursor {
-    id: NodeId,
+    /// The array and its level.
+    id: (NodeId, usize),
     head: Arc<Head>,
     /// Blocks still to read: `next` first, towards `last` (inclusive), then none.
     next: Option<usize>,
@@ -322,7 +357,7 @@ struct Cursor {
 impl Cursor {
     /// None if no block of the array can hold a key of the bounds.
     fn new(
-        id: NodeId,
+        id: (NodeId, usize),
         head: Arc<Head>,
         lo: Bound<&[u8]>,
         hi: Bound<&[u8]>,
@@ -417,6 +452,7 @@ impl Cursor {
         &mut self,
         pager: &Pager,
         recent: &mut Recent,
+        cache: &mut BlockCache,
         keep: usize,
         ancestry: &Ancestry,
     ) -> Result<Option<&[u8]>> {
@@ -431,8 +467,16 @@ impl Cursor {
             } else {
                 Some(i + 1)
             };
-            self.block =
-                recent.block(pager, &self.head, self.id, i, self.last, self.reverse, keep)?;
+            self.block = recent.block(
+                pager,
+                cache,
+                &self.head,
+                self.id,
+                i,
+                self.last,
+                self.reverse,
+                keep,
+            )?;
             self.at = if self.reverse { self.block.len() } else { 0 };
         }
         Ok(Some(self.current_key()))
