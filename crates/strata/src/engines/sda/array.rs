@@ -441,9 +441,16 @@ impl Head {
         first: usize,
         last: usize,
     ) -> Result<Vec<u8>> {
+        let (id, start, len) = self.run_extent(id, first, last);
+        pager.read_part(id, start, len)
+    }
+
+    /// Where `read_run` reads blocks `first..=last` of array `id`: (id, offset in its
+    /// extent, length), for `Pager::read_parts`.
+    pub fn run_extent(&self, id: NodeId, first: usize, last: usize) -> (NodeId, u64, usize) {
         let start = self.blocks[first].part.at(self.head_len);
         let end = self.blocks[last].part.at(self.head_len) + self.blocks[last].part.len as u64;
-        pager.read_part(id, start, (end - start) as usize)
+        (id, start, (end - start) as usize)
     }
 
     /// Block `i` of a run read by `read_run` from block `first`, checked against its checksum

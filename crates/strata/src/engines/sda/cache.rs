@@ -69,6 +69,11 @@ impl BlockCache {
         b
     }
 
+    /// Whether block `i` of array `id` is cached (not counted as a hit or a miss).
+    pub(super) fn contains(&self, id: NodeId, i: usize) -> bool {
+        self.blocks.contains_key(&(id, i))
+    }
+
     /// Every block of array `id` (of `blocks`), in order, if all are cached.
     pub(super) fn all_of(&self, id: NodeId, blocks: usize) -> Option<Vec<Arc<BlockView>>> {
         (0..blocks)

@@ -76,41 +76,11 @@ impl Recent {
                 return Ok(b);
             }
         }
-        let at = match self
-            .runs
-            .iter()
-            .position(|r| r.id == id && (r.first..=r.last()).contains(&i))
-        {
-            Some(at) => at,
-            None => {
-                let follows = self.runs.iter().find(|r| {
-                    r.id == id
-                        && if reverse {
-                            r.first == i + 1
-                        } else {
-                            r.last() + 1 == i
-                        }
-                });
-                let n = follows.map_or(2, |r| (2 * r.blocks.len()).min(MAX_RUN_BLOCKS));
-                let (first, last) = if reverse {
-                    (i.saturating_sub(n - 1).max(bound), i)
-                } else {
-                    (i, (i + n - 1).min(bound))
-                };
-                let bytes = Arc::new(head.read_run(pager, id, first, last)?);
-                // The array's earlier runs are behind the scan: one run per array is kept,
-                // so a scan's cursors (one per level) do not evict each other's.
-                self.runs.retain(|r| r.id != id);
-                while self.runs.len() >= keep.max(1) {
-                    self.runs.pop_front();
-                }
-                self.runs.push_back(Run {
-                    id,
-                    first,
-                    bytes,
-                    blocks: vec![None; last + 1 - first],
-                });
-                self.runs.len() - 1
+        let at = match self.plan(id, i, bound, reverse) {
+            Ok(at) => at,
+            Err((first, last)) => {
+                let bytes = head.read_run(pager, id, first, last)?;
+                self.keep_run(id, first, last, bytes, keep)
             }
         };
         let r = &mut self.runs[at];
@@ -124,6 +94,99 @@ impl Recent {
             cache.admit(id, level, i, Arc::new(b.detached(len)));
         }
         Ok(b)
+    }
+
+    /// Where block `i` of array `id` is kept (`Ok`, an index in `runs`), or else the run of
+    /// blocks to read for it (`Err((first, last))`), as `block` says.
+    fn plan(
+        &self,
+        id: NodeId,
+        i: usize,
+        bound: usize,
+        reverse: bool,
+    ) -> std::result::Result<usize, (usize, usize)> {
+        if let Some(at) = self
+            .runs
+            .iter()
+            .position(|r| r.id == id && (r.first..=r.last()).contains(&i))
+        {
+            return Ok(at);
+        }
+        let follows = self.runs.iter().find(|r| {
+            r.id == id
+                && if reverse {
+                    r.first == i + 1
+                } else {
+                    r.last() + 1 == i
+                }
+        });
+        let n = follows.map_or(2, |r| (2 * r.blocks.len()).min(MAX_RUN_BLOCKS));
+        Err(if reverse {
+            (i.saturating_sub(n - 1).max(bound), i)
+        } else {
+            (i, (i + n - 1).min(bound))
+        })
+    }
+
+    /// Keep blocks `first..=last` of array `id`, read as `bytes`; the index in `runs`.
+    fn keep_run(
+        &mut self,
+        id: NodeId,
+        first: usize,
+        last: usize,
+        bytes: Vec<u8>,
+        keep: usize,
+    ) -> usize {
+        // The array's earlier runs are behind the scan: one run per array is kept, so a
+        // scan's cursors (one per level) do not evict each other's.
+        self.runs.retain(|r| r.id != id);
+        while self.runs.len() >= keep.max(1) {
+            self.runs.pop_front();
+        }
+        self.runs.push_back(Run {
+            id,
+            first,
+            bytes: Arc::new(bytes),
+            blocks: vec![None; last + 1 - first],
+        });
+        self.runs.len() - 1
+    }
+
+    /// Read the first runs of a scan's cursors together, as one batch of IOs outstanding at
+    /// once (`Pager::read_parts`): each cursor's first block, unless cached or kept, with the
+    /// run `block` would read for it. Every cursor reads its first block on the scan's first
+    /// step, so this reads nothing the scan would not; it only stops the cursors' first IOs,
+    /// one per level, from waiting on each other.
+    fn prefetch(
+        &mut self,
+        pager: &Pager,
+        cache: &BlockCache,
+        cursors: &[Cursor],
+        keep: usize,
+    ) -> Result<()> {
+        let mut plans = Vec::new();
+        for c in cursors {
+            let (id, level) = c.id;
+            let Some(i) = c.next else { continue };
+            if cache.keeps(level) && cache.contains(id, i) {
+                continue;
+            }
+            if let Err((first, last)) = self.plan(id, i, c.last, c.reverse) {
+                plans.push((c, first, last));
+            }
+        }
+        if plans.len() < 2 || plans.len() > keep {
+            return Ok(());
+        }
+        let reqs: Vec<_> = plans
+            .iter()
+            .map(|(c, first, last)| c.head.run_extent(c.id.0, *first, *last))
+            .collect();
+        let runs = pager.read_parts(&reqs)?;
+        for ((c, first, last), bytes) in plans.into_iter().zip(runs) {
+            self.keep_run(c.id.0, first, last, bytes, keep);
+        }
+        Ok(())
     }
 
     /// Bytes of the runs kept.
@@ -236,6 +299,7 @@ impl Sda {
         let (pager, recent, cache) = (&self.pager, &mut self.recent, &mut self.cache);
         // A scan at v reads at most one array per level.
         let keep = self.levels.len() + 1;
+        recent.prefetch(pager, cache, &cursors, keep)?;
         let nearer = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
         out.reserve(limit.min(1024));
         while out.len() < limit {
