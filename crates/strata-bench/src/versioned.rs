@@ -26,9 +26,11 @@
 //! The databases live in `dir` (the data file with O_DIRECT, so the OS page cache does not
 //! stand in for the engine's memory), or on a simulated disk when `dir` is None (tests). Both
 //! engines get the same memory, `cache_bytes`: the CoW B-tree as its buffer pool; the SDA half
-//! as its write buffer, the other half nominally for its arrays' heads (filters and block
-//! indexes), which it keeps in memory; the SDA has no block cache. Log writes use
-//! `Durability::None` (the paper's prototypes had no log).
+//! as its write buffer, the other half as its `cache_bytes`: its arrays' heads (filters and
+//! block indexes, kept whole), the runs ranges keep, and a block cache of the smallest
+//! levels in what they leave. Log writes use `Durability::None` (the paper's prototypes had
+//! no log). On a simulated disk, `device` names a preset whose model prices the data file's
+//! IO; the rates then count that modeled time beside the CPU's.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
