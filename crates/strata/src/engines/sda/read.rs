@@ -171,8 +171,14 @@ impl Recent {
             if cache.keeps(level) && cache.contains(id, i) {
                 continue;
             }
-            if let Err((first, last)) = self.plan(id, i, c.last, c.reverse) {
-                plans.push((c, first, last));
+            match self.plan(id, i, c.last, c.reverse) {
+                Err((first, last)) => plans.push((c, first, last)),
+                // Kept already: moved to the back, so the runs read now do not evict it.
+                Ok(at) => {
+                    if let Some(r) = self.runs.remove(at) {
+                        self.runs.push_back(r);
+                    }
+                }
             }
         }
         if plans.len() < 2 || plans.len() > keep {
