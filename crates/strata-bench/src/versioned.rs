@@ -26,9 +26,11 @@
 //! The databases live in `dir` (the data file with O_DIRECT, so the OS page cache does not
 //! stand in for the engine's memory), or on a simulated disk when `dir` is None (tests). Both
 //! engines get the same memory, `cache_bytes`: the CoW B-tree as its buffer pool; the SDA half
-//! as its write buffer, the other half nominally for its arrays' heads (filters and block
-//! indexes), which it keeps in memory; the SDA has no block cache. Log writes use
-//! `Durability::None` (the paper's prototypes had no log).
+//! as its write buffer, the other half as its `cache_bytes`: its arrays' heads (filters and
+//! block indexes, kept whole), the runs ranges keep, and a block cache of the smallest
+//! levels in what they leave. Log writes use `Durability::None` (the paper's prototypes had
+//! no log). On a simulated disk, `device` names a preset whose model prices the data file's
+//! IO; the rates then count that modeled time beside the CPU's.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -36,6 +38,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 use strata::model::SplitMix64;
+use strata::storage::sim::{SimModel, SimPreset};
 use strata::storage::SimEnv;
 use strata::{
     CowConfig, Durability, IoSnapshot, Result, SdaConfig, Version, VersionedDb,
@@ -99,6 +102,10 @@ pub struct Config {
     pub block_bytes: u64,
     pub seed: u64,
     pub lines: Vec<Line>,
+    /// With `dir` None: a simulated device preset (`SimPreset`) pricing the simulated disk's
+    /// IO; each rate then counts the CPU time measured plus the modeled device time of the
+    /// data file's IO (`Point::range_device_secs`, `insert_device_secs`). None: CPU only.
+    pub device: Option<String>,
 }
 
 impl Config {
@@ -117,6 +124,7 @@ impl Config {
             block_bytes: 4096,
             seed: 3,
             lines: Line::ALL.to_vec(),
+            device: None,
         }
     }
 
@@ -134,6 +142,7 @@ impl Config {
             block_bytes: 8 << 10,
             seed: 3,
             lines: Line::ALL.to_vec(),
+            device: None,
         }
     }
 
@@ -152,6 +161,7 @@ impl Config {
             block_bytes: 16 << 10,
             seed: 3,
             lines: Line::ALL.to_vec(),
+            device: None,
         }
     }
 
@@ -174,6 +184,17 @@ impl Config {
         }
         if self.lines.is_empty() {
             return bad("no lines to run");
+        }
+        if let Some(name) = &self.device {
+            if self.dir.is_some() {
+                return bad("a device preset prices the simulated disk only");
+            }
+            if SimPreset::find(name).is_none() {
+                return bad(&format!(
+                    "no device preset {name:?}; presets: {}",
+                    SimPreset::names().join(", ")
+                ));
+            }
         }
         Ok(())
     }
@@ -211,6 +232,9 @@ impl Config {
                     block_bytes: self.block_bytes as usize,
                     filter_bits: 10.0,
                     density_amplification: line == Line::Sda,
+                    // The other half: the arrays' heads first, the kept runs, then a block
+                    // cache of the smallest levels in what is left.
+                    cache_bytes: self.cache_bytes as usize - buffer,
                 })
             }
         }
@@ -237,6 +261,11 @@ pub struct Point {
     pub range_secs: f64,
     pub range_elements_per_sec: f64,
     pub range_io: Io,
+    /// With a device preset: the modeled device seconds of the interval's puts (the data
+    /// file's IOs, each priced alone: s + t·x) and of its ranges (the simulated disk's clock,
+    /// which prices reads issued together as a batch); the rates above include them.
+    pub insert_device_secs: f64,
+    pub range_device_secs: f64,
 }
 
 /// Data-file IO over some span.
@@ -458,15 +487,24 @@ fn run_line(cfg: &Config, line: Line) -> Result<LineResult> {
         ),
     };
     let started = Instant::now();
+    let model = cfg
+        .device
+        .as_deref()
+        .and_then(SimPreset::find)
+        .map(|p| p.model());
+    let env = match &model {
+        Some(m) => SimEnv::with_sim_model(m.clone()),
+        None => SimEnv::new(),
+    };
     let sub = cfg.dir.as_ref().map(|d| d.join(line.name()));
     if let Some(d) = &sub {
         let _ = std::fs::remove_dir_all(d);
     }
     let db = match &sub {
         Some(d) => VersionedDb::open(d, opts)?,
-        None => VersionedDb::open_in(&SimEnv::new(), opts)?,
+        None => VersionedDb::open_in(&env, opts)?,
     };
-    let result = drive(cfg, &db);
+    let result = drive(cfg, &db, &env, model.as_ref());
     drop(db);
     if let Some(d) = &sub {
         let _ = std::fs::remove_dir_all(d);
@@ -487,7 +525,7 @@ fn run_line(cfg: &Config, line: Line) -> Result<LineResult> {
 
 type Driven = (Vec<Point>, SpaceResult, Vec<(String, u64)>);
 
-fn drive(cfg: &Config, db: &VersionedDb) -> Result<Driven> {
+fn drive(cfg: &Config, db: &VersionedDb, env: &SimEnv, model: Option<&SimModel>) -> Result<Driven> {
     let mut rng = SplitMix64::new(cfg.seed);
     let mut tree = Tree::new();
     let mut points = Vec::new();
@@ -514,7 +552,15 @@ fn drive(cfg: &Config, db: &VersionedDb) -> Result<Driven> {
         }
         point.insert_secs = t0.elapsed().as_secs_f64();
         point.insert_io = Io::between(&io0, &db.data_io());
-        point.inserts_per_sec = point.inserts as f64 / point.insert_secs.max(1e-9);
+        if let Some(m) = model {
+            // The data file's IOs alone, one at a time (the log, which the seed's prototypes
+            // did not have, is not priced).
+            let io = &point.insert_io;
+            point.insert_device_secs = (io.reads + io.writes) as f64 * m.affine.setup_s
+                + (io.bytes_read + io.bytes_written) as f64 * m.affine.per_byte_s;
+        }
+        point.inserts_per_sec =
+            point.inserts as f64 / (point.insert_secs + point.insert_device_secs).max(1e-9);
         point.mean_nv = nv_sum as f64 / point.inserts.max(1) as f64;
         point.inserted = done;
         point.data_bytes = done * PAIR_BYTES;
@@ -522,6 +568,7 @@ fn drive(cfg: &Config, db: &VersionedDb) -> Result<Driven> {
         point.live_versions = live.len() as u64;
         point.leaves = tree.leaves.len() as u64;
         let io0 = db.data_io();
+        let clock0 = env.disk().clock_s();
         let t0 = Instant::now();
         for _ in 0..cfg.ranges_per_point {
             let v = live[rng.below(live.len() as u64) as usize];
@@ -537,7 +584,12 @@ fn drive(cfg: &Config, db: &VersionedDb) -> Result<Driven> {
         }
         point.range_secs = t0.elapsed().as_secs_f64();
         point.range_io = Io::between(&io0, &db.data_io());
-        point.range_elements_per_sec = point.range_elements as f64 / point.range_secs.max(1e-9);
+        if model.is_some() {
+            // Ranges only read the data file: the clock moved by their reads alone.
+            point.range_device_secs = env.disk().clock_s() - clock0;
+        }
+        point.range_elements_per_sec =
+            point.range_elements as f64 / (point.range_secs + point.range_device_secs).max(1e-9);
         points.push(point);
     }
     let space = space_phases(db, &mut tree, &mut rng)?;
@@ -611,9 +663,9 @@ fn summarise(cfg: &Config, line: Line, points: &[Point]) -> Summary {
         ins.add(&p.insert_io);
         rng_io.add(&p.range_io);
         n += p.inserts;
-        secs += p.insert_secs;
+        secs += p.insert_secs + p.insert_device_secs;
         elems += p.range_elements;
-        rsecs += p.range_secs;
+        rsecs += p.range_secs + p.range_device_secs;
         nv += p.mean_nv * p.inserts as f64;
     }
     let per = |x: u64, d: u64| x as f64 / d.max(1) as f64;
@@ -668,10 +720,13 @@ impl Report {
             c.cache_bytes >> 10,
             c.block_bytes >> 10,
             self.pairs_per_block,
-            if c.dir.is_some() {
-                ", data file O_DIRECT"
-            } else {
-                ", simulated disk"
+            match (&c.dir, &c.device) {
+                (Some(_), _) => ", data file O_DIRECT".to_string(),
+                (None, Some(d)) => format!(
+                    ", simulated disk priced as {d} (times: CPU plus the modeled IO of the \
+                     data file)"
+                ),
+                (None, None) => ", simulated disk (times: CPU only)".to_string(),
             }
         )
     }
@@ -911,6 +966,44 @@ mod tests {
         assert!(keys
             .iter()
             .all(|k| lo.as_slice() <= k.as_slice() && k.as_slice() < hi.as_slice()));
+    }
+
+    /// On a simulated disk priced as a preset, each interval's ranges carry the device time
+    /// of their reads (an HDD preset serves one IO at a time: exactly s + t·x each), and the
+    /// rates count it beside the CPU; a preset with a real directory, or an unknown one, is
+    /// refused.
+    #[test]
+    fn a_device_preset_prices_the_ranges_reads() {
+        let cfg = Config {
+            inserts: 6_000,
+            clone_every: 500,
+            points: 2,
+            ranges_per_point: 3,
+            lines: vec![Line::Sda],
+            device: Some("wd-black-1tb-2011".into()),
+            ..Config::quick(None)
+        };
+        let r = run(&cfg, |_| {}).unwrap();
+        let m = SimPreset::find("wd-black-1tb-2011").unwrap().model();
+        for p in &r.lines[0].points {
+            let io = &p.range_io;
+            assert!(io.reads > 0, "{p:?}");
+            let priced =
+                io.reads as f64 * m.affine.setup_s + io.bytes_read as f64 * m.affine.per_byte_s;
+            assert!((p.range_device_secs - priced).abs() < 1e-9, "{p:?}");
+            let rate = p.range_elements as f64 / (p.range_secs + p.range_device_secs);
+            assert!(
+                (p.range_elements_per_sec - rate).abs() < 1e-6 * rate,
+                "{p:?}"
+            );
+            assert!(p.insert_device_secs > 0.0, "{p:?}");
+        }
+        let mut bad = cfg.clone();
+        bad.device = Some("no-such-disk".into());
+        assert!(bad.validate().is_err());
+        bad.device = Some("wd-black-1tb-2011".into());
+        bad.dir = Some(PathBuf::from("/tmp"));
+        assert!(bad.validate().is_err());
     }
 
     /// The summary keeps the points with the data at least 4× the memory, counts bytes in

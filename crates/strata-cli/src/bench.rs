@@ -90,6 +90,11 @@ pub struct VersionedArgs {
     /// Run on a simulated disk in memory instead (times are then CPU only)
     #[arg(long)]
     sim: bool,
+    /// With --sim: price the simulated disk's IO as this device preset (`strata profile
+    /// --list-presets`; e.g. wd-black-1tb-2011, an HDD of seed 000), adding the modeled IO
+    /// time of the data file to the CPU time
+    #[arg(long, value_name = "PRESET", requires = "sim")]
+    device: Option<String>,
     /// Also write the chart (puts/s and range elements/s against data put) to FILE
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
@@ -122,6 +127,7 @@ fn versioned_config(a: &VersionedArgs, dir: Option<PathBuf>) -> Result<versioned
     set(&mut cfg.block_bytes, a.block);
     set(&mut cfg.points, a.points);
     set(&mut cfg.ranges_per_point, a.ranges);
+    cfg.device = a.device.clone();
     if !a.lines.is_empty() {
         cfg.lines = a
             .lines

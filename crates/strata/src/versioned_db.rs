@@ -219,7 +219,14 @@ fn open_engine(
             VersionedEngineOptions::Cow(cfg) => Ok(Box::new(CowTree::create(pager, cfg)?)),
         },
         Some(cp) => match cp.engine_meta.first() {
-            Some(&sda::ENGINE_TAG) => Ok(Box::new(Sda::open(pager, cp)?)),
+            Some(&sda::ENGINE_TAG) => {
+                let mut t = Sda::open(pager, cp)?;
+                // The cache's size is not in the superblock: the options' if they name the SDA.
+                if let VersionedEngineOptions::Sda(cfg) = opts.engine {
+                    t.set_cache_bytes(cfg.cache_bytes);
+                }
+                Ok(Box::new(t))
+            }
             Some(&cow::ENGINE_TAG) => Ok(Box::new(CowTree::open(pager, cp)?)),
             other => Err(Error::NotADatabase {
                 path: pager.file_name().to_string(),

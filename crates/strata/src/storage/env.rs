@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::device::{Device, FileDevice};
-use super::sim::{SimDisk, SimFiles};
+use super::sim::{SimDisk, SimFiles, SimModel};
 use crate::error::{Error, Result};
 use crate::model::Affine;
 
@@ -191,6 +191,14 @@ impl SimEnv {
     pub fn with_model(model: Affine, sync_s: f64) -> SimEnv {
         SimEnv {
             files: Arc::new(SimFiles::new(SimDisk::new(model, sync_s))),
+        }
+    }
+
+    /// A simulated disk priced by `model` (a preset's, `SimPreset::model`: parallelism and
+    /// bandwidth included).
+    pub fn with_sim_model(model: SimModel) -> SimEnv {
+        SimEnv {
+            files: Arc::new(SimFiles::new(SimDisk::with_model(model))),
         }
     }
 

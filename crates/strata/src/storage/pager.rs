@@ -461,6 +461,31 @@ impl Pager {
         Ok(buf)
     }
 
+    /// `read_part` for several (node, offset, len) at once, the reads outstanding together
+    /// (`Device::read_many`).
+    pub fn read_parts(&self, reqs: &[(NodeId, u64, usize)]) -> Result<Vec<Vec<u8>>> {
+        let mut at = Vec::with_capacity(reqs.len());
+        for &(id, offset, len) in reqs {
+            let ext = self.extent_or_corrupt(id)?;
+            if offset + len as u64 > ext.len {
+                return Err(Error::corruption(
+                    self.file_name(),
+                    ext.offset,
+                    format!("read of {len} bytes at {offset} runs past node {id}'s extent"),
+                ));
+            }
+            at.push(ext.offset + offset);
+        }
+        let mut bufs: Vec<Vec<u8>> = reqs.iter().map(|&(_, _, len)| vec![0u8; len]).collect();
+        let mut batch: Vec<(u64, &mut [u8])> = at
+            .into_iter()
+            .zip(bufs.iter_mut())
+            .map(|(o, b)| (o, b.as_mut_slice()))
+            .collect();
+        self.dev.read_many(&mut batch)?;
+        Ok(bufs)
+    }
+
     /// Write node `id` copy-on-write: a fresh extent, then repoint the table.
     pub fn write_block(&mut self, id: NodeId, kind: u8, payload: &[u8]) -> Result<()> {
         self.write_sealed(id, Sealed::new(id, kind, payload, Vec::new()))

@@ -706,6 +706,10 @@ impl Device for SimDevice {
         &self.name
     }
 
+    fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> Result<()> {
+        self.read_batch(reqs)
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         let what = format!("read {} bytes at {offset} of {}", buf.len(), self.name);
         self.disk.admit(&self.name, IoKind::Read, &what)?;

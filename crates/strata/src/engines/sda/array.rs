@@ -245,8 +245,37 @@ impl BlockView {
         }
     }
 
+    /// A view of `bytes` with no entries (tests of what holds views).
+    #[cfg(test)]
+    pub fn unparsed(bytes: Vec<u8>) -> BlockView {
+        BlockView {
+            bytes: Arc::new(bytes),
+            base: 0,
+            entries: Vec::new(),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// The same view over a copy of its own `len` bytes, so that keeping it does not keep
+    /// the rest of the run it was read with.
+    pub fn detached(&self, len: usize) -> BlockView {
+        BlockView {
+            bytes: Arc::new(self.block()[..len].to_vec()),
+            base: 0,
+            entries: self.entries.clone(),
+        }
+    }
+
+    /// Memory a view takes per entry besides the block's bytes (the entry's place).
+    pub const ENTRY_CHARGE: usize = std::mem::size_of::<At>();
+
+    /// Memory the view takes when it holds its block alone (`detached`): the bytes and the
+    /// place of each entry.
+    pub fn charge(&self) -> usize {
+        self.bytes.len() - self.base + self.entries.len() * Self::ENTRY_CHARGE
     }
 
     fn block(&self) -> &[u8] {
@@ -274,7 +303,6 @@ impl BlockView {
     }
 
     /// Every entry, copied out.
-    #[cfg(test)]
     pub fn to_entries(&self) -> Vec<Entry> {
         self.entries
             .iter()
@@ -413,9 +441,16 @@ impl Head {
         first: usize,
         last: usize,
     ) -> Result<Vec<u8>> {
+        let (id, start, len) = self.run_extent(id, first, last);
+        pager.read_part(id, start, len)
+    }
+
+    /// Where `read_run` reads blocks `first..=last` of array `id`: (id, offset in its
+    /// extent, length), for `Pager::read_parts`.
+    pub fn run_extent(&self, id: NodeId, first: usize, last: usize) -> (NodeId, u64, usize) {
         let start = self.blocks[first].part.at(self.head_len);
         let end = self.blocks[last].part.at(self.head_len) + self.blocks[last].part.len as u64;
-        pager.read_part(id, start, (end - start) as usize)
+        (id, start, (end - start) as usize)
     }
 
     /// Block `i` of a run read by `read_run` from block `first`, checked against its checksum
@@ -445,6 +480,25 @@ impl Head {
         }
         self.view(i, run.clone(), at, part.len as usize)
             .map_err(bad)
+    }
+
+    /// Block `i` parsed from its bytes as `build_blocks` made them (just written, so not
+    /// checked against the checksum).
+    pub fn block_view(
+        &self,
+        i: usize,
+        bytes: Arc<Vec<u8>>,
+    ) -> std::result::Result<BlockView, String> {
+        let len = bytes.len();
+        self.view(i, bytes, 0, len)
+    }
+
+    /// Memory the head takes: its filter, its block directory and first keys.
+    pub fn charge(&self) -> usize {
+        self.filter.bytes().len()
+            + self.largest.len()
+            + self.blocks.len() * std::mem::size_of::<BlockInfo>()
+            + self.firsts.iter().map(|k| k.len() + 32).sum::<usize>()
     }
 
     /// Block `i` from its verified bytes, `bytes[start..start + len]`, parsed.
@@ -516,6 +570,7 @@ pub fn build(
 /// The head and the sealed block of an array of `entries` (in `Entry::order`, one per (key,
 /// version), not empty) for node `id`, in encoding `enc` (the engine writes varint; tests
 /// write the first format too, to read it back).
+#[cfg(test)]
 pub fn build_in(
     entries: &[Entry],
     block_bytes: usize,
@@ -523,6 +578,19 @@ pub fn build_in(
     id: NodeId,
     enc: Encoding,
 ) -> (Head, Sealed) {
+    let (head, sealed, _) = build_blocks(entries, block_bytes, filter_bits, id, enc);
+    (head, sealed)
+}
+
+/// `build_in`, and each block's bytes, shared with the sealed block (not copied), so that a
+/// block cache can keep what was just written (`Head::block_view`).
+pub fn build_blocks(
+    entries: &[Entry],
+    block_bytes: usize,
+    filter_bits: f64,
+    id: NodeId,
+    enc: Encoding,
+) -> (Head, Sealed, Vec<Arc<Vec<u8>>>) {
     debug_assert!(!entries.is_empty());
     debug_assert!(entries
         .windows(2)
@@ -531,6 +599,7 @@ pub fn build_in(
     let mut blocks = Vec::new();
     let mut firsts = Keys::with_capacity(0);
     let mut tail = Vec::new();
+    let mut shared = Vec::new();
     let mut off = 0u32;
     let mut i = 0;
     while i < entries.len() {
@@ -563,7 +632,9 @@ pub fn build_in(
         off += part.len;
         blocks.push(BlockInfo { part, entries: n });
         firsts.push(first);
-        tail.push(Chunk::Owned(block));
+        let block = Arc::new(block);
+        shared.push(block.clone());
+        tail.push(Chunk::Shared(block));
     }
     let mut keys: Vec<&[u8]> = entries.iter().map(|e| e.key.as_slice()).collect();
     keys.dedup();
@@ -579,7 +650,7 @@ pub fn build_in(
     };
     let bytes = head.encode();
     head.head_len = bytes.len();
-    (head, Sealed::new(id, enc.kind(), &bytes, tail))
+    (head, Sealed::new(id, enc.kind(), &bytes, tail), shared)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The shape of a stratified doubling array: the write buffer, the size of level 0's arrays
 //! (level ℓ holds arrays of [base·2^ℓ, base·2^(ℓ+1)) entries), the block size of an array's
-//! parts and the Bloom filter's bits per key. Validated by `check`, kept in the superblock.
+//! parts and the Bloom filter's bits per key, kept in the superblock; and the memory for the
+//! arrays' heads and a block cache, a choice of each open (not kept). Validated by `check`.
 
 use crate::error::{Error, Result};
 
@@ -19,6 +20,11 @@ pub struct Config {
     /// amplification"): then every flush and merge writes one array, density is not promised
     /// and a read may scan many entries its version cannot see.
     pub density_amplification: bool,
+    /// Memory for the arrays' heads (filters and block directories, kept whole), the runs
+    /// range scans keep, and a block cache of the smallest levels in what they leave
+    /// (`cache`). Not in the superblock: each open chooses it (`VersionedDb` takes it from
+    /// its options when they name the SDA).
+    pub cache_bytes: usize,
 }
 
 impl Default for Config {
@@ -29,6 +35,7 @@ impl Default for Config {
             block_bytes: 16 << 10,
             filter_bits: 10.0,
             density_amplification: true,
+            cache_bytes: 4 << 20,
         }
     }
 }
@@ -42,6 +49,7 @@ impl Config {
             block_bytes: 256,
             filter_bits: 10.0,
             density_amplification: true,
+            cache_bytes: 16 << 10,
         }
     }
 

@@ -81,6 +81,7 @@ pub(super) fn decode_meta(meta: &[u8], file: &str) -> Result<(Config, NodeId, u6
         block_bytes: r.u32().map_err(field)? as usize,
         filter_bits: f64::from_bits(r.u64().map_err(field)?),
         density_amplification: true,
+        cache_bytes: Config::default().cache_bytes,
     };
     cfg.check().map_err(|_| bad("configuration out of range"))?;
     let manifest = r.u64().map_err(field)?;
@@ -222,6 +223,11 @@ mod tests {
     /// change (bump `META_VERSION` and keep reading the old one).
     #[test]
     fn metadata_golden_bytes() {
+        // The cache's size is each open's choice, not stored: what comes back has the default.
+        let tiny = Config {
+            cache_bytes: Config::default().cache_bytes,
+            ..Config::tiny()
+        };
         let meta = encode_meta(&Config::tiny(), 7, 1234);
         assert_eq!(meta.len(), META_LEN);
         let hex: String = meta.iter().map(|b| format!("{b:02x}")).collect();
@@ -230,10 +236,10 @@ mod tests {
             "040400020000040000000001000000000000000024400700000000000000d20400000000000000"
         );
         let got = decode_meta(&meta, "f").unwrap();
-        assert_eq!(got, (Config::tiny(), 7, 1234, META_VERSION));
+        assert_eq!(got, (tiny, 7, 1234, META_VERSION));
         let off = Config {
             density_amplification: false,
-            ..Config::tiny()
+            ..tiny
         };
         let meta_off = encode_meta(&off, 7, 1234);
         assert_eq!(meta_off[META_LEN - 1], NO_DENSITY_AMPLIFICATION);
@@ -245,15 +251,12 @@ mod tests {
         let v1 = hex_bytes(
             "040100020000040000000001000000000000000024400700000000000000d204000000000000",
         );
-        assert_eq!(decode_meta(&v1, "f").unwrap(), (Config::tiny(), 7, 1234, 1));
+        assert_eq!(decode_meta(&v1, "f").unwrap(), (tiny, 7, 1234, 1));
         // Versions 2 and 3: the same bytes as version 4's (their manifests or arrays differ).
         for old in [2, 3] {
             let mut v = meta.clone();
             v[1] = old;
-            assert_eq!(
-                decode_meta(&v, "f").unwrap(),
-                (Config::tiny(), 7, 1234, old)
-            );
+            assert_eq!(decode_meta(&v, "f").unwrap(), (tiny, 7, 1234, old));
         }
         let mut newer = meta.clone();
         newer[1] = META_VERSION + 1;

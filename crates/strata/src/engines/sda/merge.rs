@@ -3,7 +3,8 @@
 //! - A flush writes the buffer's entries as arrays of level 0 (or above, by size): W is every
 //!   live version at or below a buffered entry's version; entries live at none (their version
 //!   was deleted) are dropped; the rest is split into dense pieces, one array each.
-//! - A merge reads its two input arrays whole (one read each, bypassing the head cache), sorts
+//! - A merge reads its two input arrays whole (one read each, or none for an array the block
+//!   cache holds whole: the smallest levels, cached as written), sorts
 //!   their entries together, keeps the newest write of each (key, version), and writes the
 //!   entries live at some version of W1 ∪ W2 as dense pieces, each one extent in one write;
 //!   then frees the inputs. Each piece goes to the level of its size, or the inputs' level if
@@ -18,7 +19,7 @@
 
 use std::collections::BTreeSet;
 
-use super::array::{build_in, Entry};
+use super::array::{build_blocks, Entry};
 use super::policy::{self, level_for, ArrayInfo};
 use super::*;
 
@@ -48,8 +49,7 @@ impl Sda {
             let a = self.levels[level].remove(i);
             let mut entries = Vec::with_capacity((a.entries + b.entries) as usize);
             for input in [&a, &b] {
-                let head = self.head(input.id)?;
-                entries.extend(head.read_all(&self.pager, input.id)?);
+                entries.extend(self.read_entries(input)?);
                 self.counters.merge_read_bytes += input.bytes;
             }
             entries.sort_by(|x, y| x.order(y));
@@ -70,7 +70,7 @@ impl Sda {
         // Its pieces partition the same W at the same level: nothing new to merge.
         while let Some((level, i)) = policy::next_reclaim(&self.levels) {
             let a = self.levels[level].remove(i);
-            let entries = self.head(a.id)?.read_all(&self.pager, a.id)?;
+            let entries = self.read_entries(&a)?;
             self.counters.merge_read_bytes += a.bytes;
             self.counters.reclaims += 1;
             self.write_pieces(&entries, &a.versions, level)?;
@@ -92,8 +92,7 @@ impl Sda {
         let level = self.levels.len().saturating_sub(1);
         let mut entries = Vec::new();
         for input in &inputs {
-            let head = self.head(input.id)?;
-            entries.extend(head.read_all(&self.pager, input.id)?);
+            entries.extend(self.read_entries(input)?);
             self.counters.merge_read_bytes += input.bytes;
         }
         entries.sort_by(|x, y| x.order(y));
@@ -156,7 +155,7 @@ impl Sda {
         for p in pieces {
             let out: Vec<Entry> = p.entries.iter().map(|&i| entries[i].clone()).collect();
             let id = self.pager.new_id();
-            let (head, sealed) = build_in(
+            let (head, sealed, blocks) = build_blocks(
                 &out,
                 self.cfg.block_bytes,
                 self.cfg.filter_bits,
@@ -166,7 +165,8 @@ impl Sda {
             self.pager.write_sealed(id, sealed)?;
             let bytes = self.pager.extent(id).map_or(0, |e| e.len);
             self.counters.merge_write_bytes += bytes;
-            self.heads.insert(id, Arc::new(head));
+            let head = Arc::new(head);
+            self.keep_head(id, head.clone());
             let info = ArrayInfo {
                 id,
                 entries: out.len() as u64,
@@ -187,7 +187,28 @@ impl Sda {
                 self.levels.resize_with(at + 1, Vec::new);
             }
             self.levels[at].push(info);
+            // An array of a resident level is cached as written: the small levels are
+            // rewritten all the time, and waiting for reads to fill them would keep them cold.
+            self.fit_cache();
+            if self.cache.keeps(at) {
+                for (i, bytes) in blocks.into_iter().enumerate() {
+                    let view = head
+                        .block_view(i, bytes)
+                        .expect("a block just built parses");
+                    self.cache.admit(id, at, i, Arc::new(view));
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Every entry of array `a`, from the cache if it holds all of its blocks (a merge of
+    /// small levels then reads nothing), else read whole with one IO.
+    fn read_entries(&mut self, a: &ArrayInfo) -> Result<Vec<Entry>> {
+        let head = self.head(a.id)?;
+        if let Some(views) = self.cache.all_of(a.id, head.blocks.len()) {
+            return Ok(views.iter().flat_map(|v| v.to_entries()).collect());
+        }
+        head.read_all(&self.pager, a.id)
     }
 }

@@ -29,10 +29,12 @@
 //! a checkpoint. Files, one concern each: `config`, `format` (metadata and manifest), `array`
 //! (an array on disk, its builder, its blocks parsed in place), `buffer` (the write buffer,
 //! by version), `policy` (levels, merges, liveness, splits: pure),
-//! `merge` (flush and merge IO), `read` (point and range queries), `check`.
+//! `merge` (flush and merge IO), `read` (point and range queries), `cache` (the block cache
+//! of the smallest levels), `check`.
 
 pub(crate) mod array;
 mod buffer;
+mod cache;
 mod check;
 mod config;
 mod format;
@@ -71,8 +73,12 @@ pub struct Sda {
     levels: Vec<Vec<ArrayInfo>>,
     /// Heads of arrays read so far (their filter and block index), by id.
     heads: HashMap<NodeId, Arc<Head>>,
+    /// Memory the heads take (`Head::charge`), kept as they come and go.
+    heads_bytes: usize,
     /// Blocks range scans read last (`read::Recent`).
     recent: read::Recent,
+    /// Blocks of the smallest levels, in the memory `cfg.cache_bytes` leaves (`cache`).
+    cache: cache::BlockCache,
     manifest: NodeId,
     next_seq: u64,
     counters: Counters,
@@ -134,7 +140,9 @@ impl Sda {
             buffered_bytes: 0,
             levels,
             heads: HashMap::new(),
+            heads_bytes: 0,
             recent: read::Recent::default(),
+            cache: cache::BlockCache::default(),
             manifest,
             next_seq,
             counters,
@@ -145,6 +153,24 @@ impl Sda {
 
     pub fn config(&self) -> Config {
         self.cfg
+    }
+
+    /// Memory for heads, kept runs and cached blocks from now on (an open's choice: the
+    /// superblock does not keep it).
+    pub fn set_cache_bytes(&mut self, bytes: usize) {
+        self.cfg.cache_bytes = bytes;
+        self.fit_cache();
+    }
+
+    /// Fit the block cache to what the heads and the kept runs leave of `cache_bytes`: the
+    /// smallest levels whose arrays all fit stay resident (`cache::resident_levels`).
+    fn fit_cache(&mut self) {
+        let budget = self
+            .cfg
+            .cache_bytes
+            .saturating_sub(self.heads_bytes + self.recent.bytes());
+        self.cache
+            .set_resident(cache::resident_levels(&self.levels, budget as u64));
     }
 
     /// Merge everything into the fewest dense arrays (`merge::compact_all`); what no live
@@ -174,14 +200,24 @@ impl Sda {
             return Ok(h.clone());
         }
         let h = Arc::new(Head::load(&self.pager, id)?);
-        self.heads.insert(id, h.clone());
+        self.keep_head(id, h.clone());
         Ok(h)
+    }
+
+    fn keep_head(&mut self, id: NodeId, h: Arc<Head>) {
+        self.heads_bytes += h.charge();
+        if let Some(old) = self.heads.insert(id, h) {
+            self.heads_bytes -= old.charge();
+        }
     }
 
     /// Forget array `id`: its extent is reused once no durable checkpoint needs it.
     fn free_array(&mut self, id: NodeId) {
-        self.heads.remove(&id);
+        if let Some(h) = self.heads.remove(&id) {
+            self.heads_bytes -= h.charge();
+        }
         self.recent.forget(id);
+        self.cache.forget(id);
         self.pager.free(id);
     }
 }
@@ -317,6 +353,10 @@ impl VersionedEngine for Sda {
                 ("dropped_entries", c.dropped),
                 ("merge_read_bytes", c.merge_read_bytes),
                 ("merge_write_bytes", c.merge_write_bytes),
+                ("cached_levels", self.cache.resident() as u64),
+                ("cached_bytes", self.cache.bytes() as u64),
+                ("cache_hits", self.cache.hits),
+                ("cache_misses", self.cache.misses),
             ],
             checkpoints: self.pager.last_checkpoint().seq,
             checkpoint_wal_seq: self.pager.last_checkpoint().wal_seq,
@@ -352,9 +392,12 @@ mod tests {
         let mut t = t;
         t.checkpoint(seq).unwrap();
         let dev = t.device().clone();
+        let cache = t.config().cache_bytes;
         drop(t);
         let (pager, cp) = Pager::open(dev).unwrap();
-        Sda::open(pager, &cp).unwrap()
+        let mut t = Sda::open(pager, &cp).unwrap();
+        t.set_cache_bytes(cache);
+        t
     }
 
     /// A small deterministic generator (xorshift), so that a failure replays.
@@ -397,6 +440,7 @@ mod tests {
         let mut t = fresh(cfg);
         let mut m = VersionedMap::new();
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut cache_hits = 0;
         for step in 0..steps {
             let live: Vec<Version> = m.versions().live().collect();
             let v = live[rng.below(live.len() as u64) as usize];
@@ -440,6 +484,7 @@ mod tests {
             );
             t.settle().unwrap();
             if step % 500 == 499 {
+                cache_hits += t.stats().detail("cache_hits");
                 t = reopen(t, step);
                 assert_eq!(t.config(), cfg, "the configuration survives a reopen");
                 t.check().unwrap();
@@ -459,6 +504,9 @@ mod tests {
                 }
             }
         }
+        // Its 16 KiB hold the heads and a few levels: reads and merges found blocks cached
+        // (and every answer above was the reference's).
+        assert!(cache_hits > 100, "{cache_hits} cache hits");
         t.stats()
     }
 

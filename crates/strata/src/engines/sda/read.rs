@@ -23,6 +23,7 @@ use std::collections::VecDeque;
 
 use super::array::BlockView;
 use super::buffer::Writes;
+use super::cache::BlockCache;
 use super::*;
 use crate::kv::within;
 
@@ -55,52 +56,31 @@ impl Recent {
     /// takes a run of blocks from `i` towards `bound` (inclusive; below `i` when `reverse`):
     /// twice as many as the array's run it follows (the one ending just before `i` in the
     /// scan's direction, as the next page of a scan finds it), up to `MAX_RUN_BLOCKS`, or 2.
+    /// A block of an array the cache keeps (`level` resident) is taken from the cache if
+    /// there, and put there once parsed.
     #[allow(clippy::too_many_arguments)]
     fn block(
         &mut self,
         pager: &Pager,
+        cache: &mut BlockCache,
         head: &Head,
-        id: NodeId,
+        (id, level): (NodeId, usize),
         i: usize,
         bound: usize,
         reverse: bool,
         keep: usize,
     ) -> Result<Arc<BlockView>> {
-        let at = match self
-            .runs
-            .iter()
-            .position(|r| r.id == id && (r.first..=r.last()).contains(&i))
-        {
-            Some(at) => at,
-            None => {
-                let follows = self.runs.iter().find(|r| {
-                    r.id == id
-                        && if reverse {
-                            r.first == i + 1
-                        } else {
-                            r.last() + 1 == i
-                        }
-                });
-                let n = follows.map_or(2, |r| (2 * r.blocks.len()).min(MAX_RUN_BLOCKS));
-                let (first, last) = if reverse {
-                    (i.saturating_sub(n - 1).max(bound), i)
-                } else {
-                    (i, (i + n - 1).min(bound))
-                };
-                let bytes = Arc::new(head.read_run(pager, id, first, last)?);
-                // The array's earlier runs are behind the scan: one run per array is kept,
-                // so a scan's cursors (one per level) do not evict each other's.
-                self.runs.retain(|r| r.id != id);
-                while self.runs.len() >= keep.max(1) {
-                    self.runs.pop_front();
-                }
-                self.runs.push_back(Run {
-                    id,
-                    first,
-                    bytes,
-                    blocks: vec![None; last + 1 - first],
-                });
-                self.runs.len() - 1
+        let cached = cache.keeps(level);
+        if cached {
+            if let Some(b) = cache.get(id, i) {
+                return Ok(b);
+            }
+        }
+        let at = match self.plan(id, i, bound, reverse) {
+            Ok(at) => at,
+            Err((first, last)) => {
+                let bytes = head.read_run(pager, id, first, last)?;
+                self.keep_run(id, first, last, bytes, keep)
             }
         };
         let r = &mut self.runs[at];
@@ -109,7 +89,115 @@ impl Recent {
         }
         let b = Arc::new(head.run_block(pager, id, &r.bytes, r.first, i)?);
         r.blocks[i - r.first] = Some(b.clone());
+        if cached {
+            let len = head.blocks[i].part.len as usize;
+            cache.admit(id, level, i, Arc::new(b.detached(len)));
+        }
         Ok(b)
+    }
+
+    /// Where block `i` of array `id` is kept (`Ok`, an index in `runs`), or else the run of
+    /// blocks to read for it (`Err((first, last))`), as `block` says.
+    fn plan(
+        &self,
+        id: NodeId,
+        i: usize,
+        bound: usize,
+        reverse: bool,
+    ) -> std::result::Result<usize, (usize, usize)> {
+        if let Some(at) = self
+            .runs
+            .iter()
+            .position(|r| r.id == id && (r.first..=r.last()).contains(&i))
+        {
+            return Ok(at);
+        }
+        let follows = self.runs.iter().find(|r| {
+            r.id == id
+                && if reverse {
+                    r.first == i + 1
+                } else {
+                    r.last() + 1 == i
+                }
+        });
+        let n = follows.map_or(2, |r| (2 * r.blocks.len()).min(MAX_RUN_BLOCKS));
+        Err(if reverse {
+            (i.saturating_sub(n - 1).max(bound), i)
+        } else {
+            (i, (i + n - 1).min(bound))
+        })
+    }
+
+    /// Keep blocks `first..=last` of array `id`, read as `bytes`; the index in `runs`.
+    fn keep_run(
+        &mut self,
+        id: NodeId,
+        first: usize,
+        last: usize,
+        bytes: Vec<u8>,
+        keep: usize,
+    ) -> usize {
+        // The array's earlier runs are behind the scan: one run per array is kept, so a
+        // scan's cursors (one per level) do not evict each other's.
+        self.runs.retain(|r| r.id != id);
+        while self.runs.len() >= keep.max(1) {
+            self.runs.pop_front();
+        }
+        self.runs.push_back(Run {
+            id,
+            first,
+            bytes: Arc::new(bytes),
+            blocks: vec![None; last + 1 - first],
+        });
+        self.runs.len() - 1
+    }
+
+    /// Read the first runs of a scan's cursors together, as one batch of IOs outstanding at
+    /// once (`Pager::read_parts`): each cursor's first block, unless cached or kept, with the
+    /// run `block` would read for it. Every cursor reads its first block on the scan's first
+    /// step, so this reads nothing the scan would not; it only stops the cursors' first IOs,
+    /// one per level, from waiting on each other.
+    fn prefetch(
+        &mut self,
+        pager: &Pager,
+        cache: &BlockCache,
+        cursors: &[Cursor],
+        keep: usize,
+    ) -> Result<()> {
+        let mut plans = Vec::new();
+        for c in cursors {
+            let (id, level) = c.id;
+            let Some(i) = c.next else { continue };
+            if cache.keeps(level) && cache.contains(id, i) {
+                continue;
+            }
+            match self.plan(id, i, c.last, c.reverse) {
+                Err((first, last)) => plans.push((c, first, last)),
+                // Kept already: moved to the back, so the runs read now do not evict it.
+                Ok(at) => {
+                    if let Some(r) = self.runs.remove(at) {
+                        self.runs.push_back(r);
+                    }
+                }
+            }
+        }
+        if plans.len() < 2 || plans.len() > keep {
+            return Ok(());
+        }
+        let reqs: Vec<_> = plans
+            .iter()
+            .map(|(c, first, last)| c.head.run_extent(c.id.0, *first, *last))
+            .collect();
+        let runs = pager.read_parts(&reqs)?;
+        for ((c, first, last), bytes) in plans.into_iter().zip(runs) {
+            self.keep_run(c.id.0, first, last, bytes, keep);
+        }
+        Ok(())
+    }
+
+    /// Bytes of the runs kept.
+    pub(super) fn bytes(&self) -> usize {
+        self.runs.iter().map(|r| r.bytes.len()).sum()
     }
 
     /// Forget the blocks of a freed array.
@@ -132,11 +220,13 @@ fn consider(best: &mut Option<Best>, version: Version, seq: u64, value: Option<&
 }
 
 impl Sda {
-    fn serving(&self, v: Version) -> Vec<NodeId> {
-        self.arrays()
-            .filter(|a| a.serves(v))
-            .map(|a| a.id)
-            .collect()
+    /// The arrays serving `v` (at most one per level), with their levels.
+    fn serving(&self, v: Version) -> Vec<(NodeId, usize)> {
+        let mut out = Vec::new();
+        for (level, arrays) in self.levels.iter().enumerate() {
+            out.extend(arrays.iter().filter(|a| a.serves(v)).map(|a| (a.id, level)));
+        }
+        out
     }
 
     pub(super) fn point(&mut self, v: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -151,13 +241,25 @@ impl Sda {
             }
         }
         let ancestry = Ancestry::from(ancestry);
-        for id in self.serving(v) {
+        self.fit_cache();
+        for (id, level) in self.serving(v) {
             let head = self.head(id)?;
             let first = head.firsts.first().unwrap_or_default();
             if key < first || key > head.largest.as_slice() || !head.filter.may_hold(key) {
                 continue;
             }
-            let block = head.read_block(&self.pager, id, head.block_for(key))?;
+            let i = head.block_for(key);
+            let cached = self.cache.keeps(level);
+            let block = match cached.then(|| self.cache.get(id, i)).flatten() {
+                Some(b) => b,
+                None => {
+                    let b = Arc::new(head.read_block(&self.pager, id, i)?);
+                    if cached {
+                        self.cache.admit(id, level, i, b.clone());
+                    }
+                    b
+                }
+            };
             // Entries of a key sort by version descending: the first visible is the nearest.
             if let Some(i) = (0..block.len())
                 .find(|&i| block.key(i) == key && ancestry.contains(&block.version(i)))
@@ -182,10 +284,11 @@ impl Sda {
             return Ok(());
         }
         let chain = self.tree.ancestry(v);
+        self.fit_cache();
         let mut cursors = Vec::new();
-        for id in self.serving(v) {
+        for (id, level) in self.serving(v) {
             let head = self.head(id)?;
-            if let Some(c) = Cursor::new(id, head, lo, hi, reverse) {
+            if let Some(c) = Cursor::new((id, level), head, lo, hi, reverse) {
                 cursors.push(c);
             }
         }
@@ -199,16 +302,17 @@ impl Sda {
             .collect();
         let ancestry = Ancestry::from(chain);
         // Disjoint borrows: the buffer is read while blocks are read and kept.
-        let (pager, recent) = (&self.pager, &mut self.recent);
+        let (pager, recent, cache) = (&self.pager, &mut self.recent, &mut self.cache);
         // A scan at v reads at most one array per level.
         let keep = self.levels.len() + 1;
+        recent.prefetch(pager, cache, &cursors, keep)?;
         let nearer = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
         out.reserve(limit.min(1024));
         while out.len() < limit {
             // Every cursor at its front first, then the nearest front key, copied once.
             let mut fronts = Vec::with_capacity(cursors.len());
             for (i, c) in cursors.iter_mut().enumerate() {
-                if c.front(pager, recent, keep, &ancestry)?.is_some() {
+                if c.front(pager, recent, cache, keep, &ancestry)?.is_some() {
                     fronts.push(i);
                 }
             }
@@ -306,7 +410,8 @@ fn empty_range(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
 /// in the scan's direction: the block being walked (shared with `Recent`, not copied) and the
 /// place in it.
 struct Cursor {
-    id: NodeId,
+    /// The array and its level.
+    id: (NodeId, usize),
     head: Arc<Head>,
     /// Blocks still to read: `next` first, towards `last` (inclusive), then none.
     next: Option<usize>,
@@ -322,7 +427,7 @@ struct Cursor {
 impl Cursor {
     /// None if no block of the array can hold a key of the bounds.
     fn new(
-        id: NodeId,
+        id: (NodeId, usize),
         head: Arc<Head>,
         lo: Bound<&[u8]>,
         hi: Bound<&[u8]>,
@@ -417,6 +522,7 @@ impl Cursor {
         &mut self,
         pager: &Pager,
         recent: &mut Recent,
+        cache: &mut BlockCache,
         keep: usize,
         ancestry: &Ancestry,
     ) -> Result<Option<&[u8]>> {
@@ -431,8 +537,16 @@ impl Cursor {
             } else {
                 Some(i + 1)
             };
-            self.block =
-                recent.block(pager, &self.head, self.id, i, self.last, self.reverse, keep)?;
+            self.block = recent.block(
+                pager,
+                cache,
+                &self.head,
+                self.id,
+                i,
+                self.last,
+                self.reverse,
+                keep,
+            )?;
             self.at = if self.reverse { self.block.len() } else { 0 };
         }
         Ok(Some(self.current_key()))
