@@ -533,6 +533,11 @@ mod aio {
 
     impl Context {
         pub(super) fn new() -> std::io::Result<Context> {
+            // `IoCb` above has the 64-bit little-endian layout; elsewhere `read_many` reads one
+            // after another.
+            if !cfg!(all(target_pointer_width = "64", target_endian = "little")) {
+                return Err(std::io::Error::from(std::io::ErrorKind::Unsupported));
+            }
             let mut ctx: libc::c_ulong = 0;
             // SAFETY: io_setup writes the new context to `ctx`, which outlives the call.
             if unsafe { libc::syscall(libc::SYS_io_setup, DEPTH as libc::c_long, &mut ctx) } < 0 {
