@@ -850,5 +850,8 @@ pub fn auto_geometry_with(
     if let Ok(f) = std::env::var("HACK_FANOUT") {
         g.fanout = f.parse().unwrap();
     }
+    if let Ok(n) = std::env::var("HACK_NODE") {
+        g.node_size = n.parse().unwrap();
+    }
     (g, origin)
 }
