@@ -378,7 +378,6 @@ fn btree_rows(model: &Affine, w: &Workload, cache: u64) -> Vec<(BTreeRow, Predic
         .collect()
 }
 
-/// The cheapest (fanout, basement) at each Bε-tree node size.
 /// What a Bε-tree's internal nodes take of the cache, by the model's charges.
 fn internal_charge(p: &Prediction) -> f64 {
     let n = p.levels.len().saturating_sub(1);
