@@ -152,7 +152,10 @@ fn a_point_query_reads_one_chunk_of_a_large_run() {
         );
         assert!(bytes_per_read < 8192.0, "{bytes_per_read} bytes per read");
         if pass == 1 {
-            assert!(per_query <= stats.height as f64, "{per_query} reads per query");
+            assert!(
+                per_query <= stats.height as f64,
+                "{per_query} reads per query"
+            );
         }
     }
 }

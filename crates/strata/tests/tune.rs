@@ -80,7 +80,11 @@ fn the_betree_pick_trades_a_little_time_for_fewer_bytes_written_beyond_the_cache
                     continue;
                 }
                 let cost = |c: &predict::OpCost| c.seconds + c.cpu_seconds;
-                all.push((f, wi * cost(&p.insert) + wp * cost(&p.point), p.insert.write_bytes));
+                all.push((
+                    f,
+                    wi * cost(&p.insert) + wp * cost(&p.point),
+                    p.insert.write_bytes,
+                ));
             }
         }
         let fastest = all.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();

@@ -676,7 +676,6 @@ impl RawSegment {
     }
 }
 
-
 fn walk_encoded(p: &[u8], key: &[u8], enc: Encoding) -> Result<Vec<Msg>, String> {
     let mut r = Reader::new(p);
     let (np, _) = counts(&mut r, enc)?;

@@ -409,9 +409,9 @@ fn betree_rows(model: &Affine, w: &Workload, cache: u64) -> Vec<Vec<(BeTreeRow, 
                         basement_bytes: basement,
                         height: p.height,
                         cached_levels: p.cached_levels,
-                        point: p.point.clone(),
-                        insert: p.insert.clone(),
-                        range: p.range.clone(),
+                        point: p.point,
+                        insert: p.insert,
+                        range: p.range,
                         objective_s: w.objective(&p),
                         cold_objective_s: f64::NAN,
                     },
@@ -471,8 +471,12 @@ fn lightest(
     let (wi, _, _) = w.mix.weights();
     let bytes = |r: &BeTreeRow| wi * r.insert.write_bytes;
     rows.into_iter()
-        // (Written so that a profile that prices everything as NaN still gets a row.)
-        .filter(|(r, _)| !(r.objective_s > floor * (1.0 + tolerance) + 1e-15))
+        // A profile that prices everything as NaN still gets a row.
+        .filter(|(r, _)| {
+            r.objective_s
+                .partial_cmp(&(floor * (1.0 + tolerance) + 1e-15))
+                != Some(std::cmp::Ordering::Greater)
+        })
         .reduce(|best, x| {
             let (a, b) = (&x.0, &best.0);
             let (ba, bb) = (bytes(a), bytes(b));
@@ -481,8 +485,16 @@ fn lightest(
                 ba < bb
             } else {
                 better(
-                    (a.objective_s, a.cold_objective_s, a.node_bytes * 1000 + a.fanout),
-                    (b.objective_s, b.cold_objective_s, b.node_bytes * 1000 + b.fanout),
+                    (
+                        a.objective_s,
+                        a.cold_objective_s,
+                        a.node_bytes * 1000 + a.fanout,
+                    ),
+                    (
+                        b.objective_s,
+                        b.cold_objective_s,
+                        b.node_bytes * 1000 + b.fanout,
+                    ),
                 )
             };
             if take {

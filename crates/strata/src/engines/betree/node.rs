@@ -662,7 +662,12 @@ impl StoredNode for Block {
     fn charge(&self) -> usize {
         let head = match self {
             Block::Internal(n) => {
-                n.head_len() + n.runs.iter().flatten().map(RunRef::dir_charge).sum::<usize>()
+                n.head_len()
+                    + n.runs
+                        .iter()
+                        .flatten()
+                        .map(RunRef::dir_charge)
+                        .sum::<usize>()
             }
             Block::Leaf(l) => l.head_len(),
             Block::Run(r) => r.head_len(),

@@ -2,8 +2,8 @@
 //! messages buffered for it on the way, and their resolution against the leaf's entry (newest
 //! last), so that an answer is exact however much is still buffered.
 
-use super::*;
 use super::node::RUN_WHOLE_READ_MAX;
+use super::*;
 
 impl BeTree {
     /// The value of `key` after applying `events` (seq order) to `base`: read-only.
@@ -118,9 +118,9 @@ impl BeTree {
                 // a large run (`RUN_WHOLE_READ_MAX`) a point query reads the head only if its
                 // parent has not kept it yet, and then keeps it.
                 let run = match (probe, dir) {
-                    (Some(_), Some(dir)) => self
-                        .store
-                        .get_or_make(id, || Block::Run(dir.head_only()))?,
+                    (Some(_), Some(dir)) => {
+                        self.store.get_or_make(id, || Block::Run(dir.head_only()))?
+                    }
                     (Some(_), None) if large => {
                         let run = self.store.get_head(id)?;
                         self.keep_run_head(&pin, i, k, &run);
