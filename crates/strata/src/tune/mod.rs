@@ -857,12 +857,5 @@ pub fn auto_geometry_with(
     checkpoint_wal_bytes: u64,
 ) -> (Geometry, Origin) {
     let (r, origin) = auto_recommend(profile, expected_keys, cache_bytes, checkpoint_wal_bytes);
-    let mut g = betree_geometry(&r.betree);
-    if let Ok(f) = std::env::var("HACK_FANOUT") {
-        g.fanout = f.parse().unwrap();
-    }
-    if let Ok(n) = std::env::var("HACK_NODE") {
-        g.node_size = n.parse().unwrap();
-    }
-    (g, origin)
+    (betree_geometry(&r.betree), origin)
 }
