@@ -676,10 +676,10 @@ fn check_segment_in(input: &[u8], enc: Encoding) {
             assert!(s.ranges().iter().all(Msg::is_range));
             for m in points {
                 assert!(s.lookup(&m.key).any(|x| x == m), "lookup misses {m:?}");
-                // A point query walks the raw bytes instead: the same answer.
+                // A point query searches the raw bytes instead: the same answer.
                 let want: Vec<Msg> = s.lookup(&m.key).cloned().collect();
-                let got = crate::kv::msg::lookup_encoded_with_ranges(input, &m.key, enc);
-                assert_eq!(got.as_ref(), Ok(&want), "raw lookup of {m:?}");
+                let raw = crate::kv::msg::RawSegment::new(input, enc).expect("it decodes");
+                assert_eq!(raw.lookup(&m.key, enc), Ok(want), "raw lookup of {m:?}");
             }
             let mut out = Vec::new();
             s.encode_in(enc, &mut out);
@@ -691,10 +691,16 @@ fn check_segment_in(input: &[u8], enc: Encoding) {
         }
         Err(what) => {
             assert!(!what.is_empty());
-            // Walking bytes that do not decode may fail, but says why and never panics.
+            // Indexing or searching bytes that do not decode may fail, but says why and never
+            // panics.
             let key = input.get(..8).unwrap_or(input);
-            if let Err(what) = crate::kv::msg::lookup_encoded_with_ranges(input, key, enc) {
-                assert!(!what.is_empty());
+            match crate::kv::msg::RawSegment::new(input, enc) {
+                Ok(raw) => {
+                    if let Err(what) = raw.lookup(key, enc) {
+                        assert!(!what.is_empty());
+                    }
+                }
+                Err(what) => assert!(!what.is_empty()),
             }
         }
     }

@@ -109,6 +109,57 @@ fn point_queries_read_one_small_partition_per_uncached_level() {
     );
 }
 
+/// A point query whose key is in a run of more than 16 KiB reads one chunk of it, not the whole
+/// run: the run's head, read once, is kept by the parent (`RunRef::dir`), so it is not read
+/// again however often the pool sheds the run. Here runs are about 32 KiB (512 KiB nodes,
+/// fanout 16), and the keys queried are the ones overwritten last, whose newest messages sit
+/// in runs: read whole, each would cost about 32 KiB.
+#[test]
+fn a_point_query_reads_one_chunk_of_a_large_run() {
+    let env = SimEnv::new();
+    let opts = Options::default()
+        .betree(512 << 10, 16, 4 << 10)
+        .cache_bytes(2 << 20)
+        .durability(Durability::None);
+    let db = Db::open_in(&env, opts.clone()).unwrap();
+    let n = 100_000u64;
+    for i in 0..n {
+        db.put(key(i), [1u8; 100]).unwrap();
+    }
+    for i in 0..n / 5 {
+        db.put(key(i), [2u8; 100]).unwrap();
+    }
+    db.close().unwrap();
+    let db = Db::open_in(&env, opts).unwrap();
+    let stats = db.metrics().engine;
+    assert!(stats.detail("runs") >= 8, "{stats:?}");
+    // The first pass reads each run's head once; the second, only chunks and basements.
+    for pass in 0..2 {
+        let before = db.metrics();
+        for i in 0..n / 5 {
+            assert_eq!(db.get(key(i)).unwrap().unwrap(), vec![2u8; 100]);
+        }
+        let after = db.metrics();
+        let io = &after.data_io - &before.data_io;
+        let per_query =
+            (after.point_query_reads - before.point_query_reads) as f64 / (n / 5) as f64;
+        let bytes_per_read = io.bytes_read as f64 / io.reads.max(1) as f64;
+        eprintln!(
+            "pass {pass}: {per_query:.3} reads per query, {bytes_per_read:.0} bytes per read, \
+             {} runs, height {}",
+            stats.detail("runs"),
+            stats.height
+        );
+        assert!(bytes_per_read < 8192.0, "{bytes_per_read} bytes per read");
+        if pass == 1 {
+            assert!(
+                per_query <= stats.height as f64,
+                "{per_query} reads per query"
+            );
+        }
+    }
+}
+
 /// Sequential inserts go straight to the rightmost leaf (the path's buffers stay empty, the
 /// leaf is resident): nothing is buffered, splits climb the path, and every key reads back.
 /// Random inserts into the same geometry do buffer.

@@ -36,6 +36,83 @@ fn big(mix: Mix) -> Workload {
     w
 }
 
+/// Where the data outgrows the cache, the tuner keeps the node size the predicted time chose and
+/// takes, within `BYTES_TOLERANCE` of that size's fastest geometry, the one that writes the
+/// fewest bytes per insert; where the data fits (priced cold, only checkpoints write) it takes
+/// the fastest.
+#[test]
+fn the_betree_pick_trades_a_little_time_for_fewer_bytes_written_beyond_the_cache() {
+    for (cache, trades) in [(16u64 << 20, true), (1 << 30, false)] {
+        let mut w = Workload::new(1_000_000);
+        w.cache_bytes = cache;
+        let r = tune::recommend(&ssd(), &w);
+        let b = &r.betree;
+        let (wi, wp, _) = w.mix.weights();
+        // Every geometry of the pick's node size, priced as the tuner prices them.
+        let mut all = Vec::new();
+        for f in tune::BETREE_MIN_FANOUT..=tune::BETREE_MAX_FANOUT {
+            let mut basement = tune::BASEMENT_MIN;
+            while basement <= b.node_bytes {
+                let mut inp = predict::PredictInput::new(
+                    b.node_bytes,
+                    w.keys,
+                    w.key_bytes,
+                    w.value_bytes,
+                    r.effective_cache_bytes,
+                );
+                inp.fanout = Some(f);
+                inp.basement_bytes = basement;
+                inp.range_items = w.range_items;
+                inp.run_budget = predict::RUN_BUDGET;
+                inp.max_runs = predict::MAX_RUNS;
+                inp.inserts_per_checkpoint =
+                    predict::checkpoint_inserts(w.checkpoint_wal_bytes, w.key_bytes, w.value_bytes);
+                let p = predict::betree_engine(&inp, &ssd().affine_model());
+                basement *= 2;
+                // The tuner's other rule: below the widest fanout, internal nodes that would
+                // take over half the cache by the model's charges are not considered.
+                let internal: f64 = p.levels[..p.levels.len() - 1]
+                    .iter()
+                    .map(|l| l.nodes * (l.cache_bytes + l.header_bytes))
+                    .sum();
+                let cache = r.effective_cache_bytes as f64;
+                if cache > 0.0 && f < tune::BETREE_MAX_FANOUT && internal > cache / 2.0 {
+                    continue;
+                }
+                let cost = |c: &predict::OpCost| c.seconds + c.cpu_seconds;
+                all.push((
+                    f,
+                    wi * cost(&p.insert) + wp * cost(&p.point),
+                    p.insert.write_bytes,
+                ));
+            }
+        }
+        let fastest = all.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
+        let pick = b.prediction.insert.write_bytes;
+        let pick_s = wi * (b.prediction.insert.seconds + b.prediction.insert.cpu_seconds)
+            + wp * (b.prediction.point.seconds + b.prediction.point.cpu_seconds);
+        eprintln!(
+            "cache {} MiB: pick F {} ({:.1} µs, {pick:.0} B per insert), fastest F {} ({:.1} µs, {:.0} B)",
+            cache >> 20,
+            b.fanout,
+            pick_s * 1e6,
+            fastest.0,
+            fastest.1 * 1e6,
+            fastest.2
+        );
+        assert!(pick_s <= fastest.1 * (1.0 + tune::BYTES_TOLERANCE) * (1.0 + 1e-9));
+        if trades {
+            assert!(pick < 0.9 * fastest.2, "{pick} against {}", fastest.2);
+            assert!(all
+                .iter()
+                .filter(|g| g.1 <= fastest.1 * (1.0 + tune::BYTES_TOLERANCE))
+                .all(|g| g.2 >= pick * 0.98));
+        } else {
+            assert!((pick_s / fastest.1 - 1.0).abs() < 1e-9);
+        }
+    }
+}
+
 #[test]
 fn btree_pick_is_the_brute_force_minimum_of_the_predicted_cost() {
     for mix in [Mix::Point, Mix::Insert, Mix::Range, Mix::Mixed] {

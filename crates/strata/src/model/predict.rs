@@ -143,6 +143,10 @@ impl PredictInput {
 /// The engine account prices point queries so; the paper's reads a segment or basement.
 pub const WHOLE_READ_MAX: f64 = (64u64 << 10) as f64;
 
+/// betree/node.rs: a point query reads one chunk of a run of more bytes than this (its head
+/// kept by the parent); a smaller run whole.
+pub const RUN_WHOLE_READ_MAX: f64 = (16u64 << 10) as f64;
+
 /// The Bε-tree's run budget (`engines::betree`); the model takes it as an input.
 pub const RUN_BUDGET: f64 = 2.0;
 pub const MAX_RUNS: u64 = 16;
@@ -677,13 +681,12 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
     }
     if in_runs > 0.0 {
         // A query for a key in a run reads the run that holds it (its filter lets the key
-        // through): whole if the run is small, else its head and one chunk.
+        // through): whole if the run is small, else one chunk (the parent keeps the heads of
+        // its runs once read, and a run is read by many queries before its drain).
         let share = (1.0 - levels[height - 1].cached) * in_run;
-        let run = page_round(flush);
-        if run <= WHOLE_READ_MAX {
-            point.read(share, run, m);
+        if flush <= RUN_WHOLE_READ_MAX {
+            point.read(share, page_round(flush), m);
         } else {
-            point.read(share, PAGE as f64, m);
             point.read(share, basement_read, m);
         }
     }

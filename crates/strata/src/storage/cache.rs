@@ -37,6 +37,12 @@ pub trait StoredNode: Send + Sync + Sized + 'static {
     /// Read node `id`: as much of it as must be resident (engines that load partitions on
     /// demand read only the node's header here).
     fn load(pager: &Pager, id: NodeId) -> Result<Self>;
+    /// Read only what a node needs before its partitions are fetched one at a time, however
+    /// small the node (`load` may read a small node whole): for callers that will want one
+    /// partition of it. Nodes without partitions load as `load` does.
+    fn load_head(pager: &Pager, id: NodeId) -> Result<Self> {
+        Self::load(pager, id)
+    }
     /// Frame the node as a block for writing back (the pool writes it, now or, for a
     /// checkpoint, later: see `Sealed::shares`). Called on dirty nodes only; the node's
     /// partitions are located in the sealed block, wherever the pager then places it.
@@ -214,6 +220,21 @@ impl<N: StoredNode> NodeStore<N> {
 
     /// Pin node `id`, loading it if it is not resident.
     pub fn get(&mut self, id: NodeId) -> Result<Pin<N>> {
+        self.get_by(id, |p| N::load(p, id))
+    }
+
+    /// `get`, reading only the node's head on a miss (`StoredNode::load_head`).
+    pub fn get_head(&mut self, id: NodeId) -> Result<Pin<N>> {
+        self.get_by(id, |p| N::load_head(p, id))
+    }
+
+    /// `get`, taking on a miss, with no IO, the node `make` gives: what `load_head` would read
+    /// of the clean node `id`, known to the caller from elsewhere.
+    pub fn get_or_make(&mut self, id: NodeId, make: impl FnOnce() -> N) -> Result<Pin<N>> {
+        self.get_by(id, |_| Ok(make()))
+    }
+
+    fn get_by(&mut self, id: NodeId, load: impl FnOnce(&Pager) -> Result<N>) -> Result<Pin<N>> {
         if let Some(&slot) = self.index.get(&id) {
             let e = self.slots[slot].as_mut().expect("indexed slot is occupied");
             e.referenced = true;
@@ -221,7 +242,7 @@ impl<N: StoredNode> NodeStore<N> {
             return Ok(Pin(e.cell.clone()));
         }
         self.stats.misses += 1;
-        let node = N::load(&self.pager, id)?;
+        let node = load(&self.pager)?;
         let pin = self.insert(id, node, false);
         self.evict_to_budget()?;
         Ok(pin)

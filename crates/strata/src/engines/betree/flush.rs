@@ -86,12 +86,7 @@ impl BeTree {
             .create(Block::Run(Run::new(seg, self.geo.basement)))?
             .id();
         self.runs += 1;
-        internal_mut(&mut parent.write()).runs[j].push(RunRef {
-            id,
-            bytes,
-            count,
-            filter,
-        });
+        internal_mut(&mut parent.write()).runs[j].push(RunRef::new(id, bytes, count, filter));
         self.store.mark_dirty(parent);
         Ok(())
     }

@@ -2,8 +2,8 @@
 //! messages buffered for it on the way, and their resolution against the leaf's entry (newest
 //! last), so that an answer is exact however much is still buffered.
 
+use super::node::RUN_WHOLE_READ_MAX;
 use super::*;
-use crate::kv::msg::lookup_encoded_with_ranges;
 
 impl BeTree {
     /// The value of `key` after applying `events` (seq order) to `base`: read-only.
@@ -33,6 +33,24 @@ impl BeTree {
     }
 
     // ---- reads -----------------------------------------------------------------------------
+
+    /// Keep run k of child i's head in the resident internal node `pin` (`RunRef::dir`),
+    /// charged to it. `run` must be that run, read from disk.
+    fn keep_run_head(&mut self, pin: &Pin<Block>, i: usize, k: usize, run: &Pin<Block>) {
+        let dir = match &*run.read() {
+            Block::Run(r) if r.chunks.iter().all(|c| c.loc.is_some()) => Arc::new(r.head_only()),
+            _ => return,
+        };
+        let added = {
+            let g = pin.read();
+            let r = &internal(&g).runs[i][k];
+            if r.dir.set(dir).is_err() {
+                return;
+            }
+            r.dir_charge()
+        };
+        self.store.recharge_by(pin, 0, added);
+    }
 
     /// Descend toward `at` (a key, or a scan's cursor), letting `collect` take what it needs
     /// from the segment on the path at each level, and from the runs of the child it goes to
@@ -80,20 +98,36 @@ impl BeTree {
                 return Ok((pin, lo, hi, msgs));
             };
             self.fetch_part(&pin, i, probe.is_none())?;
-            let runs: Vec<NodeId> = {
+            let runs: Vec<(usize, NodeId, bool, Option<Arc<Run>>)> = {
                 let g = pin.read();
                 let n = internal(&g);
                 take(&n.segs[i], n.enc, probe, &collect, &mut msgs)
                     .map_err(|what| self.corrupt(pin.id(), format!("segment {i}: {what}")))?;
                 n.runs[i]
                     .iter()
-                    .filter(|r| hashed.is_none_or(|h| r.filter.may_hold_hash(h)))
-                    .map(|r| r.id)
+                    .enumerate()
+                    .filter(|(_, r)| hashed.is_none_or(|h| r.filter.may_hold_hash(h)))
+                    .map(|(k, r)| {
+                        let large = r.bytes as u64 > RUN_WHOLE_READ_MAX;
+                        (k, r.id, large, r.dir.get().cloned())
+                    })
                     .collect()
             };
-            for id in runs {
-                // A point query reads the one chunk its key falls in; a scan reads them all.
-                let run = self.store.get(id)?;
+            for (k, id, large, dir) in runs {
+                // A point query reads the one chunk its key falls in; a scan reads them all. Of
+                // a large run (`RUN_WHOLE_READ_MAX`) a point query reads the head only if its
+                // parent has not kept it yet, and then keeps it.
+                let run = match (probe, dir) {
+                    (Some(_), Some(dir)) => {
+                        self.store.get_or_make(id, || Block::Run(dir.head_only()))?
+                    }
+                    (Some(_), None) if large => {
+                        let run = self.store.get_head(id)?;
+                        self.keep_run_head(&pin, i, k, &run);
+                        run
+                    }
+                    _ => self.store.get(id)?,
+                };
                 let chunks = match (&*run.read(), probe) {
                     (Block::Run(r), Some(k)) => vec![r.chunk_for(k)],
                     (Block::Run(r), None) => (0..r.chunks.len()).collect(),
@@ -125,7 +159,7 @@ fn take(
 ) -> std::result::Result<(), String> {
     match (&part.data, &part.raw, probe) {
         (Some(seg), _, _) => collect(seg, out),
-        (None, Some(raw), Some(key)) => out.extend(lookup_encoded_with_ranges(raw, key, enc)?),
+        (None, Some(raw), Some(key)) => out.extend(raw.lookup(key, enc)?),
         _ => unreachable!("a descent makes the partitions it reads resident"),
     }
     Ok(())
