@@ -93,6 +93,9 @@ pub struct Lsm {
     stalls: u64,
     stall_nanos: u64,
     largest_merge: u64,
+    /// Checkpoints asked for that merged levels down to drop the older copies newer versions
+    /// shadowed (`settle_at_rest`), since open.
+    rest_merges: u64,
     /// Why the manifest did not read, when opened for salvage (`open_tolerant`).
     manifest_damage: Option<Error>,
 }
@@ -156,6 +159,7 @@ impl Lsm {
             stalls: 0,
             stall_nanos: 0,
             largest_merge: 0,
+            rest_merges: 0,
             manifest_damage: None,
         }
     }
@@ -328,6 +332,7 @@ impl Engine for Lsm {
             self.flush()?;
         }
         self.drain()?;
+        self.settle_at_rest()?;
         let mut c = self.begin_checkpoint(wal_seq)?;
         c.make_durable()?;
         self.finish_checkpoint(c)
@@ -391,6 +396,7 @@ impl Engine for Lsm {
             ("stalls", self.stalls),
             ("stall_ms", self.stall_nanos / 1_000_000),
             ("largest_merge_bytes", self.largest_merge),
+            ("rest_merges", self.rest_merges),
             // Where space amplification comes from: what is not in the last level may be an
             // older copy's newer version.
             (

@@ -18,6 +18,10 @@
 //!   level's one run, and a last level over capacity moves down a level untouched (the level it
 //!   leaves becomes a tiered one).
 //!
+//! - leveled, at a checkpoint asked for (`settle_level0`): level 0 merges down below its
+//!   trigger when the older copies its runs shadow are worth the rewrite, so that a tree at
+//!   rest does not keep a batch of updates above the versions they replace.
+//!
 //! The most pressing merge goes first: the highest ratio of a level's fill to its trigger, at
 //! least 1. A merge whose output lies at the bottom of the data (nothing older below it for its
 //! keys) drops deletes and range deletes and settles upserts.
@@ -245,6 +249,42 @@ pub fn pick(levels: &[Level], cfg: &Config, cursors: &[Vec<u8>]) -> Option<Actio
         (Policy::LazyLeveled, _) => merge_level(levels, i, i + 1 >= last),
     };
     Some(Action::Merge(job))
+}
+
+/// At a checkpoint asked for (flush and close), leveled: the level every level above merges
+/// down into now (`merge_down`, level by level), if any, so that a tree at rest does not keep
+/// newer versions of keys above the older copies they replace. `shadows[i][j]` is the
+/// estimated bytes of level i whose key has its nearest older copy in level j (j = i: an
+/// older run of level 0), sampled by the engine (`Lsm::sample_shadows`). Merging everything
+/// above level d into d frees the copies with j ≤ d and rewrites levels 1..=d (level 0's own
+/// bytes are not counted: its trigger merges them anyway); the deepest d whose freed bytes
+/// times 2T are at least the bytes it rewrites is chosen. So a load of fresh keys settles
+/// nothing; the copies a tree keeps at rest are under a 2T-th of what settling them would
+/// rewrite (at most the tree: 5% at T = 10); and settling writes at most 2T bytes per byte
+/// it frees, what a byte written costs through two leveled levels (T + 1 into each).
+pub fn settle_target(levels: &[Level], cfg: &Config, shadows: &[Vec<u64>]) -> Option<usize> {
+    if cfg.policy != Policy::Leveled {
+        return None;
+    }
+    let last = levels.iter().rposition(|l| !l.is_empty())?;
+    let at = |i: usize, j: usize| shadows.get(i).and_then(|r| r.get(j)).copied().unwrap_or(0);
+    let mut best = None;
+    let (mut freed, mut rewritten) = (0u64, 0u64);
+    for d in 1..=last.max(1) {
+        // Copies in level d of keys above it, and level d-1's of keys in level d-1 (level 0's
+        // older runs) or level d.
+        freed += (0..d).map(|i| at(i, d)).sum::<u64>() + if d == 1 { at(0, 0) } else { 0 };
+        rewritten += levels.get(d).map_or(0, Level::bytes);
+        if freed > 0 && freed.saturating_mul(2 * cfg.size_ratio as u64) >= rewritten {
+            best = Some(d);
+        }
+    }
+    best
+}
+
+/// Level `level`'s runs merged whole into the next level's run (`settle_target`'s steps).
+pub fn merge_down(levels: &[Level], level: usize) -> Job {
+    merge_level(levels, level, true)
 }
 
 /// The tables a merge reads: its input runs, then the target's tables it replaces.
@@ -476,6 +516,51 @@ mod tests {
     }
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_tree_at_rest_settles_into_the_level_holding_what_it_shadows() {
+        let c = dynamic();
+        // T = 4, a 4 MiB base: two level-0 runs (below the trigger of 4) of 1 MiB, level 1 of
+        // 3 MiB, level 2 of 16 MiB; nothing due.
+        let l0 = Level {
+            runs: vec![vec![table(40, 0, 255, MIB)], vec![table(41, 0, 255, MIB)]],
+        };
+        let levels = vec![l0.clone(), run(1, 3, MIB), run(10, 8, 2 * MIB)];
+        let sh = |pairs: &[((usize, usize), u64)]| {
+            let mut m = vec![vec![0u64; 3]; 3];
+            for &((i, j), b) in pairs {
+                m[i][j] = b;
+            }
+            m
+        };
+        assert_eq!(pick(&levels, &c, &[]), None);
+        // A load of fresh keys shadows nothing.
+        assert_eq!(settle_target(&levels, &c, &sh(&[])), None);
+        // 2T = 8: level 0 shadowing 384 KiB of level 1 pays for rewriting level 1 (3 MiB);
+        // a byte less does not.
+        let kib = MIB / 1024;
+        assert_eq!(settle_target(&levels, &c, &sh(&[((0, 1), 384 * kib)])), Some(1));
+        assert_eq!(settle_target(&levels, &c, &sh(&[((0, 1), 384 * kib - 1)])), None);
+        // Copies in level 2 are freed only by rewriting levels 1 and 2 (19 MiB): 2.5 MiB of
+        // them, from levels 0 and 1, pay for it; 2.25 MiB with level 0's own do not.
+        let deep = sh(&[((0, 2), MIB), ((1, 2), 3 * MIB / 2)]);
+        assert_eq!(settle_target(&levels, &c, &deep), Some(2));
+        let shallow = sh(&[((0, 0), MIB / 4), ((0, 2), MIB / 2), ((1, 2), 3 * MIB / 2)]);
+        assert_eq!(settle_target(&levels, &c, &shallow), None);
+        // With nothing below level 0, its older runs' copies are freed for nothing rewritten.
+        assert_eq!(settle_target(&[l0.clone()], &c, &sh(&[((0, 0), 1)])), Some(1));
+        let job = merge_down(&[l0.clone()], 0);
+        assert!(job.bottom && !job.trivial && job.into == Some(vec![]));
+        // Level 0 into level 1's tables it overlaps, then level 1 whole into level 2's.
+        let job = merge_down(&levels, 0);
+        assert_eq!((job.inputs.len(), job.into.as_ref().map(Vec::len)), (2, Some(3)));
+        let job = merge_down(&levels, 1);
+        assert_eq!((job.inputs[0].len(), job.target, job.bottom), (3, 2, true));
+        // Tiered and lazy leveling merge level 0 into a new run, which drops nothing below.
+        for p in [Policy::Tiered, Policy::LazyLeveled] {
+            assert_eq!(settle_target(&levels, &cfg(p), &deep), None);
+        }
+    }
 
     #[test]
     fn nothing_is_due_below_the_triggers() {
