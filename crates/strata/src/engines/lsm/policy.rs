@@ -539,8 +539,14 @@ mod tests {
         // 2T = 8: level 0 shadowing 384 KiB of level 1 pays for rewriting level 1 (3 MiB);
         // a byte less does not.
         let kib = MIB / 1024;
-        assert_eq!(settle_target(&levels, &c, &sh(&[((0, 1), 384 * kib)])), Some(1));
-        assert_eq!(settle_target(&levels, &c, &sh(&[((0, 1), 384 * kib - 1)])), None);
+        assert_eq!(
+            settle_target(&levels, &c, &sh(&[((0, 1), 384 * kib)])),
+            Some(1)
+        );
+        assert_eq!(
+            settle_target(&levels, &c, &sh(&[((0, 1), 384 * kib - 1)])),
+            None
+        );
         // Copies in level 2 are freed only by rewriting levels 1 and 2 (19 MiB): 2.5 MiB of
         // them, from levels 0 and 1, pay for it; 2.25 MiB with level 0's own do not.
         let deep = sh(&[((0, 2), MIB), ((1, 2), 3 * MIB / 2)]);
@@ -548,12 +554,18 @@ mod tests {
         let shallow = sh(&[((0, 0), MIB / 4), ((0, 2), MIB / 2), ((1, 2), 3 * MIB / 2)]);
         assert_eq!(settle_target(&levels, &c, &shallow), None);
         // With nothing below level 0, its older runs' copies are freed for nothing rewritten.
-        assert_eq!(settle_target(&[l0.clone()], &c, &sh(&[((0, 0), 1)])), Some(1));
+        assert_eq!(
+            settle_target(&[l0.clone()], &c, &sh(&[((0, 0), 1)])),
+            Some(1)
+        );
         let job = merge_down(&[l0.clone()], 0);
         assert!(job.bottom && !job.trivial && job.into == Some(vec![]));
         // Level 0 into level 1's tables it overlaps, then level 1 whole into level 2's.
         let job = merge_down(&levels, 0);
-        assert_eq!((job.inputs.len(), job.into.as_ref().map(Vec::len)), (2, Some(3)));
+        assert_eq!(
+            (job.inputs.len(), job.into.as_ref().map(Vec::len)),
+            (2, Some(3))
+        );
         let job = merge_down(&levels, 1);
         assert_eq!((job.inputs[0].len(), job.target, job.bottom), (3, 2, true));
         // Tiered and lazy leveling merge level 0 into a new run, which drops nothing below.

@@ -43,7 +43,11 @@ pub(super) fn load_block(
 }
 
 /// Block `i` of a pinned table, decoded (for scans, which take every message).
-pub(super) fn load_points(store: &mut NodeStore<Table>, pin: &Pin<Table>, i: usize) -> Result<Vec<Msg>> {
+pub(super) fn load_points(
+    store: &mut NodeStore<Table>,
+    pin: &Pin<Table>,
+    i: usize,
+) -> Result<Vec<Msg>> {
     let raw = load_block(store, pin, i)?;
     let pager = store.pager();
     pin.read().parse_block(
