@@ -199,7 +199,7 @@ impl Lsm {
         let Some(last) = self.levels.iter().rposition(|l| !l.is_empty()) else {
             return Ok(shadows);
         };
-        for i in 0..n {
+        for (i, row) in shadows.iter_mut().enumerate() {
             for r in 0..self.levels[i].runs.len() {
                 if i == last && r + 1 == self.levels[i].runs.len() {
                     break; // the oldest run of all shadows nothing
@@ -222,8 +222,8 @@ impl Lsm {
                             found[j] += 1;
                         }
                     }
-                    for (j, f) in found.iter().enumerate() {
-                        shadows[i][j] += t.bytes * f / keys.max(1);
+                    for (cell, f) in row.iter_mut().zip(&found) {
+                        *cell += t.bytes * f / keys.max(1);
                     }
                 }
             }
@@ -246,7 +246,7 @@ impl Lsm {
         };
         self.rest_merges += 1;
         for level in 0..target {
-            if !self.levels.get(level).is_some_and(|l| !l.is_empty()) {
+            if self.levels.get(level).is_none_or(Level::is_empty) {
                 continue;
             }
             let job = policy::merge_down(&self.levels, level);

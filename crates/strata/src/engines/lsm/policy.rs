@@ -555,10 +555,10 @@ mod tests {
         assert_eq!(settle_target(&levels, &c, &shallow), None);
         // With nothing below level 0, its older runs' copies are freed for nothing rewritten.
         assert_eq!(
-            settle_target(&[l0.clone()], &c, &sh(&[((0, 0), 1)])),
+            settle_target(std::slice::from_ref(&l0), &c, &sh(&[((0, 0), 1)])),
             Some(1)
         );
-        let job = merge_down(&[l0.clone()], 0);
+        let job = merge_down(std::slice::from_ref(&l0), 0);
         assert!(job.bottom && !job.trivial && job.into == Some(vec![]));
         // Level 0 into level 1's tables it overlaps, then level 1 whole into level 2's.
         let job = merge_down(&levels, 0);
