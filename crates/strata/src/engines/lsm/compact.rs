@@ -232,8 +232,8 @@ impl Lsm {
     }
 
     /// At a checkpoint asked for, once every merge due has run (leveled): merge the levels
-    /// above down into the level `policy::settle_target` names, if any, then run whatever that
-    /// makes due. So a tree flushed or closed after a batch of updates does not keep them above
+    /// above down into the level `policy::settle_target` names, if any, in one merge, then
+    /// run whatever that makes due. So a tree flushed or closed after a batch of updates does not keep them above
     /// the versions they replaced.
     pub(super) fn settle_at_rest(&mut self) -> Result<()> {
         debug_assert!(self.inflight.is_none());
@@ -245,13 +245,7 @@ impl Lsm {
             return Ok(());
         };
         self.rest_merges += 1;
-        for level in 0..target {
-            if self.levels.get(level).is_none_or(Level::is_empty) {
-                continue;
-            }
-            let job = policy::merge_down(&self.levels, level);
-            self.run_inline(job)?;
-        }
+        self.run_inline(policy::settle_job(&self.levels, target))?;
         self.drain()?;
         Ok(())
     }

@@ -77,9 +77,11 @@ impl Level {
 /// A merge to carry out.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Job {
-    /// The level merged from.
+    /// The level merged from: the shallowest of them for a merge at rest (`settle_job`),
+    /// whose inputs are every run of the levels from it down to the target's.
     pub level: usize,
-    /// Tables merged from `level`, by id: whole runs, or one table of a leveled run.
+    /// Tables merged from `level` (and the levels below it, above `target`), by id, newest
+    /// run first: whole runs, or one table of a leveled run.
     pub inputs: Vec<Vec<NodeId>>,
     pub target: usize,
     /// Tables of the target level's one run that the output replaces (leveled, and lazy
@@ -252,7 +254,7 @@ pub fn pick(levels: &[Level], cfg: &Config, cursors: &[Vec<u8>]) -> Option<Actio
 }
 
 /// At a checkpoint asked for (flush and close), leveled: the level every level above merges
-/// down into now (`merge_down`, level by level), if any, so that a tree at rest does not keep
+/// down into now (`settle_job`, one merge), if any, so that a tree at rest does not keep
 /// newer versions of keys above the older copies they replace. `shadows[i][j]` is the
 /// estimated bytes of level i whose key has its nearest older copy in level j (j = i: an
 /// older run of level 0), sampled by the engine (`Lsm::sample_shadows`). Merging everything
@@ -282,9 +284,34 @@ pub fn settle_target(levels: &[Level], cfg: &Config, shadows: &[Vec<u64>]) -> Op
     best
 }
 
-/// Level `level`'s runs merged whole into the next level's run (`settle_target`'s steps).
-pub fn merge_down(levels: &[Level], level: usize) -> Job {
-    merge_level(levels, level, true)
+/// Every run of the levels above `target` merged whole, in one merge, into the target
+/// level's tables they overlap (`settle_target`'s choice): each input byte is read and written
+/// once, where merging level by level would write level 0's bytes once per level.
+pub fn settle_job(levels: &[Level], target: usize) -> Job {
+    let above = &levels[..target.min(levels.len())];
+    let level = above.iter().position(|l| !l.is_empty()).unwrap_or(0);
+    let runs: Vec<&Run> = above.iter().flat_map(|l| &l.runs).collect();
+    let into = match span(runs.iter().copied().flatten()) {
+        Some((lo, hi)) => overlapping(levels, target, lo, hi),
+        None => Vec::new(),
+    };
+    Job {
+        level,
+        inputs: runs
+            .iter()
+            .map(|r| r.iter().map(|t| t.id).collect())
+            .collect(),
+        target,
+        trivial: into.is_empty() && runs.len() == 1,
+        into: Some(into),
+        bottom: nothing_below(levels, target),
+    }
+}
+
+/// The levels a job takes its inputs from: `level` alone, or (a merge at rest) every level
+/// from it down to the target's.
+fn sources(job: &Job) -> std::ops::Range<usize> {
+    job.level..job.target.max(job.level + 1)
 }
 
 /// The tables a merge reads: its input runs, then the target's tables it replaces.
@@ -292,33 +319,36 @@ pub fn inputs(levels: &[Level], job: &Job) -> Vec<Run> {
     let mut runs: Vec<Run> = job
         .inputs
         .iter()
-        .map(|ids| find_tables(levels, job.level, ids))
+        .map(|ids| find_tables(levels, sources(job), ids))
         .collect();
     let into = job.into.as_deref().unwrap_or_default();
     if !into.is_empty() {
-        runs.push(find_tables(levels, job.target, into));
+        runs.push(find_tables(levels, job.target..job.target + 1, into));
     }
     runs
 }
 
-/// The tables `ids` of level `level`, in the order of `ids`.
-fn find_tables(levels: &[Level], level: usize, ids: &[NodeId]) -> Vec<TableInfo> {
+/// The tables `ids` of the levels `within`, in the order of `ids`.
+fn find_tables(levels: &[Level], within: std::ops::Range<usize>, ids: &[NodeId]) -> Vec<TableInfo> {
+    let tables = || {
+        levels
+            .get(within.clone())
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|l| l.runs.iter().flatten())
+    };
     ids.iter()
-        .filter_map(|id| {
-            levels
-                .get(level)?
-                .runs
-                .iter()
-                .flatten()
-                .find(|t| t.id == *id)
-                .cloned()
-        })
+        .filter_map(|id| tables().find(|t| t.id == *id).cloned())
         .collect()
 }
 
-/// Take the tables `ids` out of level `level` (emptied runs go too).
-fn drop_tables(levels: &mut [Level], level: usize, ids: &[NodeId]) {
-    if let Some(l) = levels.get_mut(level) {
+/// Take the tables `ids` out of the levels `within` (emptied runs go too).
+fn drop_tables(levels: &mut [Level], within: std::ops::Range<usize>, ids: &[NodeId]) {
+    let end = within.end.min(levels.len());
+    for l in levels
+        .get_mut(within.start.min(end)..end)
+        .unwrap_or_default()
+    {
         for run in &mut l.runs {
             run.retain(|t| !ids.contains(&t.id));
         }
@@ -374,14 +404,15 @@ pub fn grow(levels: &mut Vec<Level>, cursors: &mut Vec<Vec<u8>>) {
 /// A trivial job: its inputs move down to the target as they are.
 pub fn move_down(levels: &mut Vec<Level>, job: &Job) {
     let tables: Vec<TableInfo> = inputs(levels, job).concat();
-    drop_tables(levels, job.level, &job.inputs.concat());
+    drop_tables(levels, sources(job), &job.inputs.concat());
     place_in_run(levels, job.target, tables);
 }
 
 /// A merge's output `tables` in place of its inputs.
 pub fn install(levels: &mut Vec<Level>, job: &Job, tables: Vec<TableInfo>) {
-    drop_tables(levels, job.level, &job.inputs.concat());
-    drop_tables(levels, job.target, job.into.as_deref().unwrap_or_default());
+    drop_tables(levels, sources(job), &job.inputs.concat());
+    let into = job.into.as_deref().unwrap_or_default();
+    drop_tables(levels, job.target..job.target + 1, into);
     if !tables.is_empty() {
         match job.into {
             Some(_) => place_in_run(levels, job.target, tables),
@@ -558,16 +589,36 @@ mod tests {
             settle_target(std::slice::from_ref(&l0), &c, &sh(&[((0, 0), 1)])),
             Some(1)
         );
-        let job = merge_down(std::slice::from_ref(&l0), 0);
+        let job = settle_job(std::slice::from_ref(&l0), 1);
         assert!(job.bottom && !job.trivial && job.into == Some(vec![]));
-        // Level 0 into level 1's tables it overlaps, then level 1 whole into level 2's.
-        let job = merge_down(&levels, 0);
+        // Into level 1: level 0's two runs and the level-1 tables they overlap.
+        let job = settle_job(&levels, 1);
         assert_eq!(
-            (job.inputs.len(), job.into.as_ref().map(Vec::len)),
-            (2, Some(3))
+            (
+                job.inputs.len(),
+                job.into.as_ref().map(Vec::len),
+                job.bottom
+            ),
+            (2, Some(3), false)
         );
-        let job = merge_down(&levels, 1);
-        assert_eq!((job.inputs[0].len(), job.target, job.bottom), (3, 2, true));
+        // Into level 2, in one merge: level 0's runs, then level 1's, over level 2's tables;
+        // the output replaces all of them, newest run first among the inputs.
+        let job = settle_job(&levels, 2);
+        assert_eq!(job.inputs, vec![vec![40], vec![41], vec![1, 2, 3]]);
+        assert_eq!(
+            (job.level, job.target, job.bottom, job.trivial),
+            (0, 2, true, false)
+        );
+        let read = inputs(&levels, &job);
+        assert_eq!(
+            read.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![1, 1, 3, 8]
+        );
+        let mut after = levels.clone();
+        install(&mut after, &job, vec![table(99, 0, 255, 20 * MIB)]);
+        assert_eq!(after.len(), 3);
+        assert!(after[0].is_empty() && after[1].is_empty());
+        assert_eq!(after[2].runs, vec![vec![table(99, 0, 255, 20 * MIB)]]);
         // Tiered and lazy leveling merge level 0 into a new run, which drops nothing below.
         for p in [Policy::Tiered, Policy::LazyLeveled] {
             assert_eq!(settle_target(&levels, &cfg(p), &deep), None);
