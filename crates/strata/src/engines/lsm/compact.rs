@@ -16,7 +16,9 @@
 //!   manifest names the inputs, and the merge's output, in no manifest yet, is garbage if the
 //!   process dies. A checkpoint asked for (`Engine::checkpoint`: `Db::checkpoint`, close) runs
 //!   every merge due first (`drain`), so the durable point it gives covers them, as RocksDB's
-//!   flush and wait for compactions does.
+//!   flush and wait for compactions does; then, leveled, it samples what newer versions
+//!   above the last level shadow and merges them down onto their older copies when that pays
+//!   (`settle_at_rest`, `policy::settle_target`), so that a tree at rest keeps few of them.
 
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -190,7 +192,7 @@ impl Lsm {
     /// For `policy::settle_target`: of each level above the last, one block of each table
     /// (its middle one) read and every key in it looked for in the older runs below it;
     /// `shadows[i][j]` is then level i's bytes times the share of its sampled keys whose
-    /// nearest older copy is in level j (j = 0: an older run of level 0). A table of 4 MiB
+    /// nearest older copy is in level j (j = i = 0: an older run of level 0). A table of 4 MiB
     /// holds about a thousand 4 KiB blocks, so this reads about a thousandth of the levels
     /// above the last, and a block per sampled key found (a filter's yes is confirmed).
     fn sample_shadows(&mut self) -> Result<Vec<Vec<u64>>> {
@@ -206,7 +208,11 @@ impl Lsm {
                 }
                 for t in self.levels[i].runs[r].clone() {
                     let pin = self.store.get(t.id)?;
-                    let block = pin.read().blocks.len() / 2;
+                    let blocks = pin.read().blocks.len();
+                    if blocks == 0 {
+                        continue;
+                    }
+                    let block = blocks / 2;
                     let points = super::read::load_points(&mut self.store, &pin, block)?;
                     drop(pin);
                     let mut found = vec![0u64; n];
@@ -233,8 +239,8 @@ impl Lsm {
 
     /// At a checkpoint asked for, once every merge due has run (leveled): merge the levels
     /// above down into the level `policy::settle_target` names, if any, in one merge, then
-    /// run whatever that makes due. So a tree flushed or closed after a batch of updates does not keep them above
-    /// the versions they replaced.
+    /// run whatever that makes due. So a tree flushed or closed after a batch of updates does
+    /// not keep them above the versions they replaced.
     pub(super) fn settle_at_rest(&mut self) -> Result<()> {
         debug_assert!(self.inflight.is_none());
         if self.cfg.policy != Policy::Leveled {

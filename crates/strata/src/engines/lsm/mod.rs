@@ -22,7 +22,8 @@
 //!
 //! Merges run on a thread of their own, one at a time, started and installed by the writer
 //! between operations (`settle`); a write waits for them only when level 0 is at its stall
-//! bound (counted and timed in `stats`), and a checkpoint asked for waits for every merge due
+//! bound (counted and timed in `stats`), and a checkpoint asked for waits for every merge due,
+//! then merges newer versions down onto the older copies they shadow when that pays
 //! (`compact.rs`).
 //!
 //! Files, one concern each: `config` (the shape), `format` (metadata and manifest), `memtable`,
