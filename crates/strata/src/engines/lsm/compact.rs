@@ -16,7 +16,9 @@
 //!   manifest names the inputs, and the merge's output, in no manifest yet, is garbage if the
 //!   process dies. A checkpoint asked for (`Engine::checkpoint`: `Db::checkpoint`, close) runs
 //!   every merge due first (`drain`), so the durable point it gives covers them, as RocksDB's
-//!   flush and wait for compactions does.
+//!   flush and wait for compactions does; then, leveled, it samples what newer versions
+//!   above the last level shadow and merges them down onto their older copies when that pays
+//!   (`settle_at_rest`, `policy::settle_target`), so that a tree at rest keeps few of them.
 
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -160,18 +162,12 @@ impl Lsm {
                 Action::Merge(job) => job,
             };
             policy::advance_cursor(&self.levels, &mut self.cursors, &self.cfg, &job);
-            if job.trivial {
-                self.counters.trivial_moves += 1;
-                policy::move_down(&mut self.levels, &job);
+            if job.trivial || !self.background {
+                self.run_inline(job)?;
                 continue;
             }
             let runs = policy::inputs(&self.levels, &job);
             let work = self.work(&job, &runs)?;
-            if !self.background {
-                let out = work.run()?;
-                self.install(job, runs, out)?;
-                continue;
-            }
             let thread = std::thread::Builder::new()
                 .name("strata-lsm-merge".into())
                 .spawn(move || work.run())
@@ -179,6 +175,85 @@ impl Lsm {
             self.inflight = Some(InFlight { job, runs, thread });
             return Ok(true);
         }
+    }
+
+    /// Carry out `job` here, on the writer (no merge may be running).
+    fn run_inline(&mut self, job: Job) -> Result<()> {
+        if job.trivial {
+            self.counters.trivial_moves += 1;
+            policy::move_down(&mut self.levels, &job);
+            return Ok(());
+        }
+        let runs = policy::inputs(&self.levels, &job);
+        let out = self.work(&job, &runs)?.run()?;
+        self.install(job, runs, out)
+    }
+
+    /// For `policy::settle_target`: of each level above the last, one block of each table
+    /// (its middle one) read and every key in it looked for in the older runs below it;
+    /// `shadows[i][j]` is then level i's bytes times the share of its sampled keys whose
+    /// nearest older copy is in level j (j = i = 0: an older run of level 0). A table of 4 MiB
+    /// holds about a thousand 4 KiB blocks, so this reads about a thousandth of the levels
+    /// above the last, and a block per sampled key found (a filter's yes is confirmed).
+    fn sample_shadows(&mut self) -> Result<Vec<Vec<u64>>> {
+        let n = self.levels.len();
+        let mut shadows = vec![vec![0u64; n]; n];
+        let Some(last) = self.levels.iter().rposition(|l| !l.is_empty()) else {
+            return Ok(shadows);
+        };
+        for (i, row) in shadows.iter_mut().enumerate() {
+            for r in 0..self.levels[i].runs.len() {
+                if i == last && r + 1 == self.levels[i].runs.len() {
+                    break; // the oldest run of all shadows nothing
+                }
+                for t in self.levels[i].runs[r].clone() {
+                    let pin = self.store.get(t.id)?;
+                    let blocks = pin.read().blocks.len();
+                    if blocks == 0 {
+                        continue;
+                    }
+                    let block = blocks / 2;
+                    let points = super::read::load_points(&mut self.store, &pin, block)?;
+                    drop(pin);
+                    let mut found = vec![0u64; n];
+                    let mut keys = 0u64;
+                    let mut prev: Option<&[u8]> = None;
+                    for m in &points {
+                        if prev == Some(m.key.as_slice()) {
+                            continue;
+                        }
+                        prev = Some(&m.key);
+                        keys += 1;
+                        if let Some(j) = self.held_below(&m.key, i, r + 1)? {
+                            found[j] += 1;
+                        }
+                    }
+                    for (cell, f) in row.iter_mut().zip(&found) {
+                        *cell += t.bytes * f / keys.max(1);
+                    }
+                }
+            }
+        }
+        Ok(shadows)
+    }
+
+    /// At a checkpoint asked for, once every merge due has run (leveled): merge the levels
+    /// above down into the level `policy::settle_target` names, if any, in one merge, then
+    /// run whatever that makes due. So a tree flushed or closed after a batch of updates does
+    /// not keep them above the versions they replaced.
+    pub(super) fn settle_at_rest(&mut self) -> Result<()> {
+        debug_assert!(self.inflight.is_none());
+        if self.cfg.policy != Policy::Leveled {
+            return Ok(());
+        }
+        let shadows = self.sample_shadows()?;
+        let Some(target) = policy::settle_target(&self.levels, &self.cfg, &shadows) else {
+            return Ok(());
+        };
+        self.rest_merges += 1;
+        self.run_inline(policy::settle_job(&self.levels, target))?;
+        self.drain()?;
+        Ok(())
     }
 
     /// What the merge of `runs` into `job.target` needs, taken now.

@@ -22,7 +22,8 @@
 //!
 //! Merges run on a thread of their own, one at a time, started and installed by the writer
 //! between operations (`settle`); a write waits for them only when level 0 is at its stall
-//! bound (counted and timed in `stats`), and a checkpoint asked for waits for every merge due
+//! bound (counted and timed in `stats`), and a checkpoint asked for waits for every merge due,
+//! then merges newer versions down onto the older copies they shadow when that pays
 //! (`compact.rs`).
 //!
 //! Files, one concern each: `config` (the shape), `format` (metadata and manifest), `memtable`,
@@ -93,6 +94,9 @@ pub struct Lsm {
     stalls: u64,
     stall_nanos: u64,
     largest_merge: u64,
+    /// Checkpoints asked for that merged levels down to drop the older copies newer versions
+    /// shadowed (`settle_at_rest`), since open.
+    rest_merges: u64,
     /// Why the manifest did not read, when opened for salvage (`open_tolerant`).
     manifest_damage: Option<Error>,
 }
@@ -156,6 +160,7 @@ impl Lsm {
             stalls: 0,
             stall_nanos: 0,
             largest_merge: 0,
+            rest_merges: 0,
             manifest_damage: None,
         }
     }
@@ -328,6 +333,7 @@ impl Engine for Lsm {
             self.flush()?;
         }
         self.drain()?;
+        self.settle_at_rest()?;
         let mut c = self.begin_checkpoint(wal_seq)?;
         c.make_durable()?;
         self.finish_checkpoint(c)
@@ -391,6 +397,7 @@ impl Engine for Lsm {
             ("stalls", self.stalls),
             ("stall_ms", self.stall_nanos / 1_000_000),
             ("largest_merge_bytes", self.largest_merge),
+            ("rest_merges", self.rest_merges),
             // Where space amplification comes from: what is not in the last level may be an
             // older copy's newer version.
             (

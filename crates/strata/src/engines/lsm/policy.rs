@@ -18,6 +18,10 @@
 //!   level's one run, and a last level over capacity moves down a level untouched (the level it
 //!   leaves becomes a tiered one).
 //!
+//! - leveled, at a checkpoint asked for (`settle_level0`): level 0 merges down below its
+//!   trigger when the older copies its runs shadow are worth the rewrite, so that a tree at
+//!   rest does not keep a batch of updates above the versions they replace.
+//!
 //! The most pressing merge goes first: the highest ratio of a level's fill to its trigger, at
 //! least 1. A merge whose output lies at the bottom of the data (nothing older below it for its
 //! keys) drops deletes and range deletes and settles upserts.
@@ -73,9 +77,11 @@ impl Level {
 /// A merge to carry out.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Job {
-    /// The level merged from.
+    /// The level merged from: the shallowest of them for a merge at rest (`settle_job`),
+    /// whose inputs are every run of the levels from it down to the target's.
     pub level: usize,
-    /// Tables merged from `level`, by id: whole runs, or one table of a leveled run.
+    /// Tables merged from `level` (and the levels below it, above `target`), by id, newest
+    /// run first: whole runs, or one table of a leveled run.
     pub inputs: Vec<Vec<NodeId>>,
     pub target: usize,
     /// Tables of the target level's one run that the output replaces (leveled, and lazy
@@ -247,38 +253,102 @@ pub fn pick(levels: &[Level], cfg: &Config, cursors: &[Vec<u8>]) -> Option<Actio
     Some(Action::Merge(job))
 }
 
+/// At a checkpoint asked for (flush and close), leveled: the level every level above merges
+/// down into now (`settle_job`, one merge), if any, so that a tree at rest does not keep
+/// newer versions of keys above the older copies they replace. `shadows[i][j]` is the
+/// estimated bytes of level i whose key has its nearest older copy in level j (j = i: an
+/// older run of level 0), sampled by the engine (`Lsm::sample_shadows`). Merging everything
+/// above level d into d frees the copies with j ≤ d and rewrites levels 1..=d (level 0's own
+/// bytes are not counted: its trigger merges them anyway); the deepest d whose freed bytes
+/// times 2T are at least the bytes it rewrites is chosen. So a load of fresh keys settles
+/// nothing; the copies a tree keeps at rest are under a 2T-th of what settling them would
+/// rewrite (at most the tree: 5% at T = 10); and settling writes at most 2T bytes per byte
+/// it frees, what a byte written costs through two leveled levels (T + 1 into each).
+pub fn settle_target(levels: &[Level], cfg: &Config, shadows: &[Vec<u64>]) -> Option<usize> {
+    if cfg.policy != Policy::Leveled {
+        return None;
+    }
+    let last = levels.iter().rposition(|l| !l.is_empty())?;
+    let at = |i: usize, j: usize| shadows.get(i).and_then(|r| r.get(j)).copied().unwrap_or(0);
+    let mut best = None;
+    let (mut freed, mut rewritten) = (0u64, 0u64);
+    for d in 1..=last.max(1) {
+        // Copies in level d of keys above it, and level d-1's of keys in level d-1 (level 0's
+        // older runs) or level d.
+        freed += (0..d).map(|i| at(i, d)).sum::<u64>() + if d == 1 { at(0, 0) } else { 0 };
+        rewritten += levels.get(d).map_or(0, Level::bytes);
+        if freed > 0 && freed.saturating_mul(2 * cfg.size_ratio as u64) >= rewritten {
+            best = Some(d);
+        }
+    }
+    best
+}
+
+/// Every run of the levels above `target` merged whole, in one merge, into the target
+/// level's tables they overlap (`settle_target`'s choice): each input byte is read and written
+/// once, where merging level by level would write level 0's bytes once per level.
+pub fn settle_job(levels: &[Level], target: usize) -> Job {
+    let above = &levels[..target.min(levels.len())];
+    let level = above.iter().position(|l| !l.is_empty()).unwrap_or(0);
+    let runs: Vec<&Run> = above.iter().flat_map(|l| &l.runs).collect();
+    let into = match span(runs.iter().copied().flatten()) {
+        Some((lo, hi)) => overlapping(levels, target, lo, hi),
+        None => Vec::new(),
+    };
+    Job {
+        level,
+        inputs: runs
+            .iter()
+            .map(|r| r.iter().map(|t| t.id).collect())
+            .collect(),
+        target,
+        trivial: into.is_empty() && runs.len() == 1,
+        into: Some(into),
+        bottom: nothing_below(levels, target),
+    }
+}
+
+/// The levels a job takes its inputs from: `level` alone, or (a merge at rest) every level
+/// from it down to the target's.
+fn sources(job: &Job) -> std::ops::Range<usize> {
+    job.level..job.target.max(job.level + 1)
+}
+
 /// The tables a merge reads: its input runs, then the target's tables it replaces.
 pub fn inputs(levels: &[Level], job: &Job) -> Vec<Run> {
     let mut runs: Vec<Run> = job
         .inputs
         .iter()
-        .map(|ids| find_tables(levels, job.level, ids))
+        .map(|ids| find_tables(levels, sources(job), ids))
         .collect();
     let into = job.into.as_deref().unwrap_or_default();
     if !into.is_empty() {
-        runs.push(find_tables(levels, job.target, into));
+        runs.push(find_tables(levels, job.target..job.target + 1, into));
     }
     runs
 }
 
-/// The tables `ids` of level `level`, in the order of `ids`.
-fn find_tables(levels: &[Level], level: usize, ids: &[NodeId]) -> Vec<TableInfo> {
+/// The tables `ids` of the levels `within`, in the order of `ids`.
+fn find_tables(levels: &[Level], within: std::ops::Range<usize>, ids: &[NodeId]) -> Vec<TableInfo> {
+    let tables = || {
+        levels
+            .get(within.clone())
+            .unwrap_or_default()
+            .iter()
+            .flat_map(|l| l.runs.iter().flatten())
+    };
     ids.iter()
-        .filter_map(|id| {
-            levels
-                .get(level)?
-                .runs
-                .iter()
-                .flatten()
-                .find(|t| t.id == *id)
-                .cloned()
-        })
+        .filter_map(|id| tables().find(|t| t.id == *id).cloned())
         .collect()
 }
 
-/// Take the tables `ids` out of level `level` (emptied runs go too).
-fn drop_tables(levels: &mut [Level], level: usize, ids: &[NodeId]) {
-    if let Some(l) = levels.get_mut(level) {
+/// Take the tables `ids` out of the levels `within` (emptied runs go too).
+fn drop_tables(levels: &mut [Level], within: std::ops::Range<usize>, ids: &[NodeId]) {
+    let end = within.end.min(levels.len());
+    for l in levels
+        .get_mut(within.start.min(end)..end)
+        .unwrap_or_default()
+    {
         for run in &mut l.runs {
             run.retain(|t| !ids.contains(&t.id));
         }
@@ -334,14 +404,15 @@ pub fn grow(levels: &mut Vec<Level>, cursors: &mut Vec<Vec<u8>>) {
 /// A trivial job: its inputs move down to the target as they are.
 pub fn move_down(levels: &mut Vec<Level>, job: &Job) {
     let tables: Vec<TableInfo> = inputs(levels, job).concat();
-    drop_tables(levels, job.level, &job.inputs.concat());
+    drop_tables(levels, sources(job), &job.inputs.concat());
     place_in_run(levels, job.target, tables);
 }
 
 /// A merge's output `tables` in place of its inputs.
 pub fn install(levels: &mut Vec<Level>, job: &Job, tables: Vec<TableInfo>) {
-    drop_tables(levels, job.level, &job.inputs.concat());
-    drop_tables(levels, job.target, job.into.as_deref().unwrap_or_default());
+    drop_tables(levels, sources(job), &job.inputs.concat());
+    let into = job.into.as_deref().unwrap_or_default();
+    drop_tables(levels, job.target..job.target + 1, into);
     if !tables.is_empty() {
         match job.into {
             Some(_) => place_in_run(levels, job.target, tables),
@@ -476,6 +547,83 @@ mod tests {
     }
 
     const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn a_tree_at_rest_settles_into_the_level_holding_what_it_shadows() {
+        let c = dynamic();
+        // T = 4, a 4 MiB base: two level-0 runs (below the trigger of 4) of 1 MiB, level 1 of
+        // 3 MiB, level 2 of 16 MiB; nothing due.
+        let l0 = Level {
+            runs: vec![vec![table(40, 0, 255, MIB)], vec![table(41, 0, 255, MIB)]],
+        };
+        let levels = vec![l0.clone(), run(1, 3, MIB), run(10, 8, 2 * MIB)];
+        let sh = |pairs: &[((usize, usize), u64)]| {
+            let mut m = vec![vec![0u64; 3]; 3];
+            for &((i, j), b) in pairs {
+                m[i][j] = b;
+            }
+            m
+        };
+        assert_eq!(pick(&levels, &c, &[]), None);
+        // A load of fresh keys shadows nothing.
+        assert_eq!(settle_target(&levels, &c, &sh(&[])), None);
+        // 2T = 8: level 0 shadowing 384 KiB of level 1 pays for rewriting level 1 (3 MiB);
+        // a byte less does not.
+        let kib = MIB / 1024;
+        assert_eq!(
+            settle_target(&levels, &c, &sh(&[((0, 1), 384 * kib)])),
+            Some(1)
+        );
+        assert_eq!(
+            settle_target(&levels, &c, &sh(&[((0, 1), 384 * kib - 1)])),
+            None
+        );
+        // Copies in level 2 are freed only by rewriting levels 1 and 2 (19 MiB): 2.5 MiB of
+        // them, from levels 0 and 1, pay for it; 2.25 MiB with level 0's own do not.
+        let deep = sh(&[((0, 2), MIB), ((1, 2), 3 * MIB / 2)]);
+        assert_eq!(settle_target(&levels, &c, &deep), Some(2));
+        let shallow = sh(&[((0, 0), MIB / 4), ((0, 2), MIB / 2), ((1, 2), 3 * MIB / 2)]);
+        assert_eq!(settle_target(&levels, &c, &shallow), None);
+        // With nothing below level 0, its older runs' copies are freed for nothing rewritten.
+        assert_eq!(
+            settle_target(std::slice::from_ref(&l0), &c, &sh(&[((0, 0), 1)])),
+            Some(1)
+        );
+        let job = settle_job(std::slice::from_ref(&l0), 1);
+        assert!(job.bottom && !job.trivial && job.into == Some(vec![]));
+        // Into level 1: level 0's two runs and the level-1 tables they overlap.
+        let job = settle_job(&levels, 1);
+        assert_eq!(
+            (
+                job.inputs.len(),
+                job.into.as_ref().map(Vec::len),
+                job.bottom
+            ),
+            (2, Some(3), false)
+        );
+        // Into level 2, in one merge: level 0's runs, then level 1's, over level 2's tables;
+        // the output replaces all of them, newest run first among the inputs.
+        let job = settle_job(&levels, 2);
+        assert_eq!(job.inputs, vec![vec![40], vec![41], vec![1, 2, 3]]);
+        assert_eq!(
+            (job.level, job.target, job.bottom, job.trivial),
+            (0, 2, true, false)
+        );
+        let read = inputs(&levels, &job);
+        assert_eq!(
+            read.iter().map(Vec::len).collect::<Vec<_>>(),
+            vec![1, 1, 3, 8]
+        );
+        let mut after = levels.clone();
+        install(&mut after, &job, vec![table(99, 0, 255, 20 * MIB)]);
+        assert_eq!(after.len(), 3);
+        assert!(after[0].is_empty() && after[1].is_empty());
+        assert_eq!(after[2].runs, vec![vec![table(99, 0, 255, 20 * MIB)]]);
+        // Tiered and lazy leveling merge level 0 into a new run, which drops nothing below.
+        for p in [Policy::Tiered, Policy::LazyLeveled] {
+            assert_eq!(settle_target(&levels, &cfg(p), &deep), None);
+        }
+    }
 
     #[test]
     fn nothing_is_due_below_the_triggers() {

@@ -43,7 +43,11 @@ pub(super) fn load_block(
 }
 
 /// Block `i` of a pinned table, decoded (for scans, which take every message).
-fn load_points(store: &mut NodeStore<Table>, pin: &Pin<Table>, i: usize) -> Result<Vec<Msg>> {
+pub(super) fn load_points(
+    store: &mut NodeStore<Table>,
+    pin: &Pin<Table>,
+    i: usize,
+) -> Result<Vec<Msg>> {
     let raw = load_block(store, pin, i)?;
     let pager = store.pager();
     pin.read().parse_block(
@@ -293,14 +297,7 @@ impl Lsm {
                 settled |= !covering.is_empty();
                 ranges.extend(covering);
                 if maybe {
-                    let raw = load_block(&mut self.store, &pin, block)?;
-                    let found = {
-                        let t = pin.read();
-                        t.lookup(&raw, key).map_err(|e| {
-                            let pager = self.store.pager();
-                            t.block_error(pager.file_name(), pager.offset_of(id), id, block, e)
-                        })?
-                    };
+                    let found = self.lookup_in(&pin, block, key)?;
                     settled |= settles(&found);
                     msgs.extend(found);
                 }
@@ -313,6 +310,46 @@ impl Lsm {
                 "an out-of-line value in an LSM table".to_string(),
             ))
         })
+    }
+
+    /// The messages for `key` in block `block` of a pinned table, the block made resident.
+    fn lookup_in(&mut self, pin: &Pin<Table>, block: usize, key: &[u8]) -> Result<Vec<Msg>> {
+        let raw = load_block(&mut self.store, pin, block)?;
+        let t = pin.read();
+        t.lookup(&raw, key).map_err(|e| {
+            let (pager, id) = (self.store.pager(), pin.id());
+            t.block_error(pager.file_name(), pager.offset_of(id), id, block, e)
+        })
+    }
+
+    /// The level of the newest run older than run `run` of level `level` that holds a point
+    /// message for `key`, if any: a filter's yes is confirmed in the block, so a false
+    /// positive does not count.
+    pub(super) fn held_below(
+        &mut self,
+        key: &[u8],
+        level: usize,
+        run: usize,
+    ) -> Result<Option<usize>> {
+        for l in level..self.levels.len() {
+            let first = if l == level { run } else { 0 };
+            for r in first..self.levels[l].runs.len() {
+                let tables = &self.levels[l].runs[r];
+                let at = tables.partition_point(|t| t.smallest.as_slice() <= key);
+                if at == 0 || tables[at - 1].largest.as_slice() < key {
+                    continue;
+                }
+                let pin = self.store.get(tables[at - 1].id)?;
+                let (maybe, block) = {
+                    let t = pin.read();
+                    (t.filter.may_hold(key), t.block_for(key))
+                };
+                if maybe && !self.lookup_in(&pin, block, key)?.is_empty() {
+                    return Ok(Some(l));
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// The range deletes of the memtable and of every table that may cover keys within
