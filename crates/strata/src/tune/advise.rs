@@ -232,14 +232,10 @@ fn btree_choice(model: &Affine, w: &AdviseWorkload) -> EngineChoice {
     fastest(powers(BTREE_MIN_NODE, BTREE_MAX_NODE).map(|b| price_btree(model, w, b)))
 }
 
-/// The Bε-tree's best geometry for `w`: among each node size's choice of (fanout, basement)
-/// for a mixed workload (`betree_rows`, `lightest`), nodes at most 1/CACHE_NODES of the cache.
+/// The Bε-tree's best geometry for `w`: among each node size's best (fanout, basement) for a
+/// mixed workload (`betree_rows`), nodes at most 1/CACHE_NODES of the cache.
 fn betree_choice(model: &Affine, w: &AdviseWorkload) -> EngineChoice {
-    let trees = w.trees();
-    let rows: Vec<(BeTreeRow, Prediction)> = betree_rows(model, &trees, w.cache_bytes)
-        .into_iter()
-        .filter_map(|c| lightest(&trees, bytes_tolerance(w.cache_bytes), c))
-        .collect();
+    let rows = betree_rows(model, &w.trees(), w.cache_bytes);
     let fits = |node: u64| node.saturating_mul(CACHE_NODES) <= w.cache_bytes;
     let smallest = rows.iter().map(|(r, _)| r.node_bytes).min().unwrap_or(0);
     fastest(

@@ -378,6 +378,7 @@ fn btree_rows(model: &Affine, w: &Workload, cache: u64) -> Vec<(BTreeRow, Predic
         .collect()
 }
 
+/// The cheapest (fanout, basement) at each Bε-tree node size.
 /// What a Bε-tree's internal nodes take of the cache, by the model's charges.
 fn internal_charge(p: &Prediction) -> f64 {
     let n = p.levels.len().saturating_sub(1);
@@ -387,12 +388,10 @@ fn internal_charge(p: &Prediction) -> f64 {
         .sum()
 }
 
-/// Every Bε-tree geometry the tuner weighs, by node size, each row with its prediction (the
-/// cold cost only where it can break a tie).
-fn betree_rows(model: &Affine, w: &Workload, cache: u64) -> Vec<Vec<(BeTreeRow, Prediction)>> {
+fn betree_rows(model: &Affine, w: &Workload, cache: u64) -> Vec<(BeTreeRow, Prediction)> {
     let mut rows = Vec::new();
     for b in powers(BETREE_MIN_NODE, BETREE_MAX_NODE) {
-        let mut candidates: Vec<(BeTreeRow, Prediction)> = Vec::new();
+        let mut best: Option<(BeTreeRow, Prediction)> = None;
         for f in BETREE_MIN_FANOUT..=BETREE_MAX_FANOUT {
             for basement in powers(BASEMENT_MIN, b) {
                 let mut inp = w.input(b, cache);
@@ -402,107 +401,41 @@ fn betree_rows(model: &Affine, w: &Workload, cache: u64) -> Vec<Vec<(BeTreeRow, 
                 if cache > 0 && f < BETREE_MAX_FANOUT && internal_charge(&p) > cache as f64 / 2.0 {
                     continue;
                 }
-                candidates.push((
-                    BeTreeRow {
-                        node_bytes: b,
-                        fanout: f,
-                        basement_bytes: basement,
-                        height: p.height,
-                        cached_levels: p.cached_levels,
-                        point: p.point,
-                        insert: p.insert,
-                        range: p.range,
-                        objective_s: w.objective(&p),
-                        cold_objective_s: f64::NAN,
-                    },
-                    p,
-                ));
+                let objective = w.objective(&p);
+                if let Some((row, _)) = &best {
+                    // Cold costs only break ties; skip computing them for clear losers.
+                    if objective > row.objective_s * (1.0 + 1e-9) + 1e-15 {
+                        continue;
+                    }
+                }
+                inp.cache_bytes = 0;
+                let cold = w.objective(&predict::betree_engine(&inp, model));
+                let row = BeTreeRow {
+                    node_bytes: b,
+                    fanout: f,
+                    basement_bytes: basement,
+                    height: p.height,
+                    cached_levels: p.cached_levels,
+                    point: p.point,
+                    insert: p.insert,
+                    range: p.range,
+                    objective_s: objective,
+                    cold_objective_s: cold,
+                };
+                let replace = best.as_ref().is_none_or(|(r, _)| {
+                    better(
+                        (objective, cold, b * 1000 + f),
+                        (r.objective_s, r.cold_objective_s, b * 1000 + r.fanout),
+                    )
+                });
+                if replace {
+                    best = Some((row, p));
+                }
             }
         }
-        // Cold costs only break ties among the candidates the choice can fall on.
-        let floor = candidates
-            .iter()
-            .map(|(r, _)| r.objective_s)
-            .fold(f64::INFINITY, f64::min);
-        for (r, _) in &mut candidates {
-            if r.objective_s <= floor * (1.0 + bytes_tolerance(cache)) + 1e-15 {
-                let mut inp = w.input(b, 0);
-                inp.fanout = Some(r.fanout);
-                inp.basement_bytes = r.basement_bytes;
-                r.cold_objective_s = w.objective(&predict::betree_engine(&inp, model));
-            }
-        }
-        rows.push(candidates);
+        rows.extend(best);
     }
     rows
-}
-
-/// How much more predicted time the tuner gives up, at most, for a Bε-tree geometry that
-/// writes fewer bytes. The affine model prices a leaf's sequential rewrite at little beside a
-/// point read, so on time alone it buys small gains with large rewrites: loading 1M records
-/// into a 16 MiB cache, fanout 64 came out 8% ahead of 32 and wrote 4.70× against 3.25×, for
-/// 0.906 against 0.915 device reads per point query (docs/performance.md). Bytes written are
-/// what the device wears by, what drains do on the writer, and what a comparison's WA counts.
-pub const BYTES_TOLERANCE: f64 = 0.10;
-
-/// `BYTES_TOLERANCE` where the data outgrows the cache (`cache` > 0: the tree is then written
-/// by drains); none where it fits (tuned cold, `cache` = 0: only checkpoints write, and the
-/// account's drains never happen).
-fn bytes_tolerance(cache: u64) -> f64 {
-    if cache > 0 {
-        BYTES_TOLERANCE
-    } else {
-        0.0
-    }
-}
-
-/// Of Bε-tree rows, the one the tuner recommends: within `tolerance` of the least predicted
-/// time, the fewest predicted bytes written per operation (then the least time, the least cold
-/// time, the smaller node and fanout). A workload without inserts ranks by time.
-fn lightest(
-    w: &Workload,
-    tolerance: f64,
-    rows: Vec<(BeTreeRow, Prediction)>,
-) -> Option<(BeTreeRow, Prediction)> {
-    let floor = rows
-        .iter()
-        .map(|(r, _)| r.objective_s)
-        .fold(f64::INFINITY, f64::min);
-    let (wi, _, _) = w.mix.weights();
-    let bytes = |r: &BeTreeRow| wi * r.insert.write_bytes;
-    rows.into_iter()
-        // A profile that prices everything as NaN still gets a row.
-        .filter(|(r, _)| {
-            r.objective_s
-                .partial_cmp(&(floor * (1.0 + tolerance) + 1e-15))
-                != Some(std::cmp::Ordering::Greater)
-        })
-        .reduce(|best, x| {
-            let (a, b) = (&x.0, &best.0);
-            let (ba, bb) = (bytes(a), bytes(b));
-            // Bytes within 2% count as equal: the account is not that sharp.
-            let take = if tolerance > 0.0 && (ba - bb).abs() > ba.max(bb) * 0.02 {
-                ba < bb
-            } else {
-                better(
-                    (
-                        a.objective_s,
-                        a.cold_objective_s,
-                        a.node_bytes * 1000 + a.fanout,
-                    ),
-                    (
-                        b.objective_s,
-                        b.cold_objective_s,
-                        b.node_bytes * 1000 + b.fanout,
-                    ),
-                )
-            };
-            if take {
-                x
-            } else {
-                best
-            }
-        })
 }
 
 fn iops_table(profile: &DeviceProfile, w: &Workload, cache: u64) -> Vec<IopsRow> {
@@ -605,55 +538,32 @@ pub fn recommend(profile: &DeviceProfile, workload: &Workload) -> Recommendation
         .cloned()
         .expect("at least one B+-tree node size");
     let c7 = corollary7(&model, w);
-    let candidates = betree_rows(&model, w, cache);
+    let be = betree_rows(&model, w, cache);
     // A flush holds the pinned root, the parent and the child at once, so a node must fit in
     // the cache several times over; past that the tree thrashes, which the per-level cache
     // model misses (`strata bench sweep` with an 8 MiB cache: flat up to 4 MiB nodes, a
     // collapse to 32 ms per insert at 16 MiB).
     let fits_cache = |r: &BeTreeRow| r.node_bytes.saturating_mul(CACHE_NODES) <= w.cache_bytes;
-    if candidates.iter().flatten().any(|(r, _)| !fits_cache(r)) {
+    if be.iter().any(|(r, _)| !fits_cache(r)) {
         notes.push(format!(
             "Bε-tree nodes larger than 1/{CACHE_NODES} of the cache are not considered."
         ));
     }
-    // The node size by time alone, as fast as the account can tell; then, within it, the
-    // fanout and basement by `lightest`. Letting bytes choose the node size too bought 28% less
-    // WA with 256 KiB nodes at 1M records and 16 MiB, for 11% more device reads and 54% more
-    // bytes per point query, where the account expected 3%: it prices small nodes' reads too
-    // low, and large nodes' lower fanouts too high (fanout 29 against 64 at 1 MiB: 1% more
-    // device reads measured, 12% priced).
-    let node = candidates
+    let (be_row, be_pred) = be
         .iter()
-        .flatten()
         .filter(|(r, _)| fits_cache(r) || r.node_bytes == BETREE_MIN_NODE)
-        .map(|(r, _)| r)
         .reduce(|best, x| {
-            let key = |r: &BeTreeRow| (r.objective_s, r.cold_objective_s, r.node_bytes);
+            let key = |(r, _): &(BeTreeRow, Prediction)| {
+                (r.objective_s, r.cold_objective_s, r.node_bytes)
+            };
             if better(key(x), key(best)) {
                 x
             } else {
                 best
             }
         })
-        .expect("at least one Bε-tree geometry")
-        .node_bytes;
-    let (be_row, be_pred) = lightest(
-        w,
-        bytes_tolerance(cache),
-        candidates
-            .iter()
-            .flatten()
-            .filter(|(r, _)| r.node_bytes == node)
-            .cloned()
-            .collect(),
-    )
-    .expect("at least one Bε-tree geometry");
-    // The table shows each node size's own choice by the same rule.
-    let be: Vec<BeTreeRow> = candidates
-        .into_iter()
-        .filter_map(|c| lightest(w, bytes_tolerance(cache), c))
-        .map(|(r, _)| r)
-        .collect();
+        .cloned()
+        .expect("at least one Bε-tree geometry");
 
     let sensitivity = powers(BTREE_MIN_NODE, BETREE_MAX_NODE)
         .map(|b| {
@@ -760,7 +670,7 @@ pub fn recommend(profile: &DeviceProfile, workload: &Workload) -> Recommendation
             load_wa,
             paper_insert,
             corollary12: corollary12(&model, w),
-            table: be,
+            table: be.into_iter().map(|(r, _)| r).collect(),
         },
         sensitivity,
         iops: iops_table(profile, w, cache),
