@@ -143,9 +143,10 @@ impl PredictInput {
 /// The engine account prices point queries so; the paper's reads a segment or basement.
 pub const WHOLE_READ_MAX: f64 = (64u64 << 10) as f64;
 
-/// betree/node.rs: a point query reads a run of more bytes than this by its head (kept by the
-/// parent once read) and one chunk; a smaller run whole.
-pub const RUN_WHOLE_READ_MAX: f64 = (16u64 << 10) as f64;
+/// betree/node.rs: a point query reads a run of more than this many chunks (basements' worth,
+/// at most `WHOLE_READ_MAX` bytes) by its head (kept by the parent once read) and one chunk; a
+/// smaller run whole.
+pub const RUN_WHOLE_CHUNKS: f64 = 4.0;
 
 /// The Bε-tree's run budget (`engines::betree`); the model takes it as an input.
 pub const RUN_BUDGET: f64 = 2.0;
@@ -689,7 +690,7 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
         // longer: what large nodes cost in CPU per read and in one drain's stall, the account
         // leaves out (docs/performance.md).
         let share = (1.0 - levels[height - 1].cached) * in_run;
-        if flush <= RUN_WHOLE_READ_MAX {
+        if flush <= (RUN_WHOLE_CHUNKS * basement).min(WHOLE_READ_MAX) {
             point.read(share, page_round(flush), m);
         } else {
             point.read(share, PAGE as f64, m);

@@ -448,6 +448,15 @@ impl Pager {
     /// Read `len` raw bytes at `offset` within node `id`'s extent, for engines that load one
     /// partition of a node at a time and checksum partitions themselves.
     pub fn read_part(&self, id: NodeId, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let at = self.part_at(id, offset, len)?;
+        let mut buf = vec![0u8; len];
+        self.dev.read_at(&mut buf, at)?;
+        Ok(buf)
+    }
+
+    /// Where in the file `len` bytes at `offset` within node `id`'s extent lie; corruption if
+    /// they run past it.
+    fn part_at(&self, id: NodeId, offset: u64, len: usize) -> Result<u64> {
         let ext = self.extent_or_corrupt(id)?;
         if offset + len as u64 > ext.len {
             return Err(Error::corruption(
@@ -456,9 +465,7 @@ impl Pager {
                 format!("read of {len} bytes at {offset} runs past node {id}'s extent"),
             ));
         }
-        let mut buf = vec![0u8; len];
-        self.dev.read_at(&mut buf, ext.offset + offset)?;
-        Ok(buf)
+        Ok(ext.offset + offset)
     }
 
     /// `read_part` for several (node, offset, len) at once, the reads outstanding together
@@ -466,15 +473,7 @@ impl Pager {
     pub fn read_parts(&self, reqs: &[(NodeId, u64, usize)]) -> Result<Vec<Vec<u8>>> {
         let mut at = Vec::with_capacity(reqs.len());
         for &(id, offset, len) in reqs {
-            let ext = self.extent_or_corrupt(id)?;
-            if offset + len as u64 > ext.len {
-                return Err(Error::corruption(
-                    self.file_name(),
-                    ext.offset,
-                    format!("read of {len} bytes at {offset} runs past node {id}'s extent"),
-                ));
-            }
-            at.push(ext.offset + offset);
+            at.push(self.part_at(id, offset, len)?);
         }
         let mut bufs: Vec<Vec<u8>> = reqs.iter().map(|&(_, _, len)| vec![0u8; len]).collect();
         let mut batch: Vec<(u64, &mut [u8])> = at

@@ -47,8 +47,12 @@ fn the_betree_message_size_and_run_budget() {
     assert_eq!(predict::RUN_BUDGET, betree::RUN_BUDGET);
     assert_eq!(predict::WHOLE_READ_MAX, betree::node::WHOLE_READ_MAX as f64);
     assert_eq!(
-        predict::RUN_WHOLE_READ_MAX,
-        betree::node::RUN_WHOLE_READ_MAX as f64
+        predict::RUN_WHOLE_CHUNKS,
+        betree::node::RUN_WHOLE_CHUNKS as f64
+    );
+    assert_eq!(
+        betree::node::run_read_whole_max(64 << 10),
+        betree::node::WHOLE_READ_MAX
     );
     assert_eq!(predict::MAX_RUNS, betree::MAX_RUNS as u64);
     let w = super::Workload::new(1000).input(1 << 20, 1 << 20);

@@ -65,12 +65,18 @@ pub fn segment_encoding(k: u8) -> Encoding {
 /// point (1/α ≈ 60–130 KiB here) a second, partial read costs more than reading the rest.
 pub const WHOLE_READ_MAX: u64 = 64 << 10;
 
-/// A point query reads a run larger than this by its head and the one chunk its key falls in,
-/// not whole: most such reads come from the page cache, where bytes cost more than a second
-/// call (at fanout 26 with 1 MiB nodes, 1M records and a 16 MiB cache, runs of ~40 KiB read
-/// whole took point reads from 4.4 to 11.6 KB each and their rate down by a fifth). A run's
-/// head, once read, stays in the pool when its chunks are shed.
-pub const RUN_WHOLE_READ_MAX: u64 = 16 << 10;
+/// A point query reads a run of more than this many chunks' bytes (`run_read_whole_max`) by
+/// its head and the one chunk its key falls in, not whole: most such reads come from the page
+/// cache, where bytes cost more than a second call (at fanout 26 with 1 MiB nodes, 1M records
+/// and a 16 MiB cache, runs of ~40 KiB in 4 KiB chunks read whole took point reads from 4.4 to
+/// 11.6 KB each and their rate down by a fifth). A run of a chunk or two gains nothing by it.
+pub const RUN_WHOLE_CHUNKS: u64 = 4;
+
+/// The most bytes a run cut in chunks of `chunk` bytes may hold and still be read whole by a
+/// point query: `RUN_WHOLE_CHUNKS` chunks, and never more than any block (`WHOLE_READ_MAX`).
+pub fn run_read_whole_max(chunk: u64) -> u64 {
+    (RUN_WHOLE_CHUNKS * chunk).min(WHOLE_READ_MAX)
+}
 
 /// Heap bytes a buffered message costs beyond its encoding, for the cache charge (a message
 /// holds its key and value in heap objects of their own; a basement's charge is exact).

@@ -2,7 +2,7 @@
 //! messages buffered for it on the way, and their resolution against the leaf's entry (newest
 //! last), so that an answer is exact however much is still buffered.
 
-use super::node::RUN_WHOLE_READ_MAX;
+use super::node::run_read_whole_max;
 use super::*;
 
 impl BeTree {
@@ -98,6 +98,7 @@ impl BeTree {
                 return Ok((pin, lo, hi, msgs));
             };
             self.fetch_part(&pin, i, probe.is_none())?;
+            let whole_max = run_read_whole_max(self.geo.basement as u64);
             let runs: Vec<(usize, NodeId, bool, Option<Arc<Run>>)> = {
                 let g = pin.read();
                 let n = internal(&g);
@@ -108,14 +109,14 @@ impl BeTree {
                     .enumerate()
                     .filter(|(_, r)| hashed.is_none_or(|h| r.filter.may_hold_hash(h)))
                     .map(|(k, r)| {
-                        let large = r.bytes as u64 > RUN_WHOLE_READ_MAX;
+                        let large = r.bytes as u64 > whole_max;
                         (k, r.id, large, r.dir.get().cloned())
                     })
                     .collect()
             };
             for (k, id, large, dir) in runs {
                 // A point query reads the one chunk its key falls in; a scan reads them all. Of
-                // a large run (`RUN_WHOLE_READ_MAX`) a point query reads the head only if its
+                // a large run (`run_read_whole_max`) a point query reads the head only if its
                 // parent has not kept it yet, and then keeps it.
                 let run = match (probe, dir) {
                     (Some(_), Some(dir)) => {
