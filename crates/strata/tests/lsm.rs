@@ -194,6 +194,22 @@ fn a_small_scan_after_flushes() {
     assert_eq!(db.get(key(2000)).unwrap(), None);
 }
 
+/// A database on the simulated disk with merges inline and no log syncs, so that byte counts
+/// repeat exactly: the place (which must outlive it) and the database.
+fn inline_sim(cfg: LsmConfig) -> (Place, Db) {
+    let place = Place::sim();
+    let db = place
+        .open(
+            Options::default()
+                .lsm(cfg)
+                .cache_bytes(4 << 20)
+                .durability(strata::Durability::None)
+                .background_merges(false),
+        )
+        .unwrap();
+    (place, db)
+}
+
 /// The model's write amplification (`model::lsm` on the engine's own shape, as the advisor
 /// prices it) against the engine's: `n` random 16-byte keys with 100-byte values loaded in
 /// batches of 100, then a checkpoint; measured is every byte written to the log and the data
@@ -210,16 +226,7 @@ fn wa_predicted_and_measured(policy: LsmPolicy, n: u64) -> (f64, (f64, f64), f64
         &strata::tune::lsm_input(&cfg, &w),
         &strata::model::Affine::new(100e-6, 1e-9),
     );
-    let place = Place::sim();
-    let db = place
-        .open(
-            Options::default()
-                .lsm(cfg)
-                .cache_bytes(4 << 20)
-                .durability(strata::Durability::None)
-                .background_merges(false),
-        )
-        .unwrap();
+    let (_place, db) = inline_sim(cfg);
     let mut rng = Rng::new(n ^ policy as u64);
     let mut logical = 0u64;
     for _ in 0..n / 100 {
@@ -304,16 +311,7 @@ fn a_checkpoint_merges_down_updates_that_shadow_older_copies() {
         block_bytes: 4 << 10,
         ..LsmConfig::with(LsmPolicy::Leveled, 10)
     };
-    let place = Place::sim();
-    let db = place
-        .open(
-            Options::default()
-                .lsm(cfg)
-                .cache_bytes(4 << 20)
-                .durability(strata::Durability::None)
-                .background_merges(false),
-        )
-        .unwrap();
+    let (_place, db) = inline_sim(cfg);
     let n = 40_000u64;
     let mut rng = Rng::new(17);
     let k = |x: u64| x.to_be_bytes().repeat(2);
