@@ -247,13 +247,16 @@ impl Lsm {
             return Ok(());
         }
         let shadows = self.sample_shadows()?;
+        // The sample's blocks came through the pool, which must be within its budget again
+        // when the checkpoint returns (nothing is pinned between operations).
+        self.store.evict_to_budget()?;
         let Some(target) = policy::settle_target(&self.levels, &self.cfg, &shadows) else {
             return Ok(());
         };
         self.rest_merges += 1;
         self.run_inline(policy::settle_job(&self.levels, target))?;
         self.drain()?;
-        Ok(())
+        self.store.evict_to_budget()
     }
 
     /// What the merge of `runs` into `job.target` needs, taken now.
