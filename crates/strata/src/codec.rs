@@ -40,7 +40,15 @@ impl<'a> Reader<'a> {
     /// A LEB128 varint (`put_varint`): refused if longer than 10 bytes, past 64 bits, or not
     /// in its shortest form, so that every value has one encoding and decoding then
     /// re-encoding gives the same bytes.
+    #[inline]
     pub fn varint(&mut self) -> Result<u64, String> {
+        // One byte (lengths, small numbers: most varints) needs no loop and no check.
+        if let Some(&b) = self.p.get(self.at) {
+            if b < 0x80 {
+                self.at += 1;
+                return Ok(b as u64);
+            }
+        }
         let (v, n) =
             read_varint(&self.p[self.at..]).map_err(|e| format!("{e} at byte {}", self.at))?;
         self.at += n;

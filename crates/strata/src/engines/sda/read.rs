@@ -21,6 +21,7 @@
 //! plus one), so that the next page of a paged scan, which starts inside it, reads it again
 //! neither whole nor at 2 blocks: its next run doubles the kept one.
 
+use std::cmp::Ordering;
 use std::collections::VecDeque;
 
 use super::array::BlockView;
@@ -305,20 +306,28 @@ impl Sda {
             .filter(|&&x| self.buffer.holds(x))
             .map(|&x| (x, self.buffer.range(x, lo, hi, reverse).peekable()))
             .collect();
+        // One array per level (stratification): `at_key` below has a bit for each.
+        debug_assert!(cursors.len() <= MAX_LEVELS);
         let ancestry = Ancestry::from(chain);
         // Disjoint borrows: the buffer is read while blocks are read and kept.
         let (pager, recent, cache) = (&self.pager, &mut self.recent, &mut self.cache);
         // A scan at v reads at most one array per level.
         let keep = self.levels.len() + 1;
         recent.prefetch(pager, cache, &cursors, keep)?;
-        let nearer = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
+        // The order keys come in: a key before another in the scan's direction is `first`.
+        let first = if reverse {
+            Ordering::Greater
+        } else {
+            Ordering::Less
+        };
         let mut key = Vec::new();
         loop {
             // Every cursor at its front (a spent one dropped: it has nothing more), then the
-            // nearest front key, copied once into `key`.
+            // nearest front key, copied once into `key`, and the cursors at it (a bit each:
+            // at most one per level, `MAX_LEVELS` < 64), each front compared once.
             let mut i = 0;
             while i < cursors.len() {
-                if cursors[i].front(pager, recent, cache, keep, &ancestry)? {
+                if cursors[i].ready || cursors[i].front(pager, recent, cache, keep, &ancestry)? {
                     i += 1;
                 } else {
                     cursors.swap_remove(i);
@@ -326,16 +335,22 @@ impl Sda {
             }
             let mut nearest: Option<&[u8]> = None;
             for (_, src) in &mut buffered {
-                if let Some((k, _)) = src.peek() {
-                    if nearest.is_none_or(|x| nearer(k, x)) {
+                if let Some(&(k, _)) = src.peek() {
+                    if nearest.is_none_or(|x| k.as_slice().cmp(x) == first) {
                         nearest = Some(k.as_slice());
                     }
                 }
             }
-            for c in &cursors {
+            let mut at_key = 0u64;
+            for (ci, c) in cursors.iter().enumerate() {
                 let k = c.current_key();
-                if nearest.is_none_or(|x| nearer(k, x)) {
-                    nearest = Some(k);
+                match nearest.map(|x| k.cmp(x)) {
+                    Some(Ordering::Equal) => at_key |= 1 << ci,
+                    Some(o) if o != first => {}
+                    _ => {
+                        nearest = Some(k);
+                        at_key = 1 << ci;
+                    }
                 }
             }
             let Some(k) = nearest else {
@@ -350,14 +365,20 @@ impl Sda {
                     take(&mut best, *x, *seq, Found::Buffer(value.as_deref()));
                 }
             }
-            for (ci, c) in cursors.iter_mut().enumerate() {
-                // A key's entries share a block: no read is needed to pass them, and the
-                // block passed stays the cursor's until its next `front`.
-                while c.ready && c.current_key() == key.as_slice() {
+            while at_key != 0 {
+                let ci = at_key.trailing_zeros() as usize;
+                at_key &= at_key - 1;
+                let c = &mut cursors[ci];
+                // Every entry of the key the scan sees (nearest first forward, last in
+                // reverse). A key's entries share a block: no read is needed to pass them, and
+                // the block passed stays the cursor's until its next `front`.
+                loop {
                     let (b, i) = (&c.block, c.index());
                     take(&mut best, b.version(i), b.seq(i), Found::Block(ci, i));
                     c.step();
-                    c.seen_in_block(&ancestry);
+                    if !c.seen_in_block(&ancestry) || c.current_key() != key.as_slice() {
+                        break;
+                    }
                 }
             }
             let value = match best {
