@@ -401,7 +401,10 @@ fn each_bad_versions_are_refused_and_change_nothing(kind: Kind) {
         child,
         "deleted",
     );
-    assert_eq!(visited, 0, "a bad version is refused before anything is visited");
+    assert_eq!(
+        visited, 0,
+        "a bad version is refused before anything is visited"
+    );
     is_bad(db.delete_version(child), child, "deleted");
     // Too large a key.
     let other = db.clone_version(ROOT_VERSION).unwrap();

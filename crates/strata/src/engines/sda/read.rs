@@ -404,7 +404,12 @@ enum Found<'a> {
 }
 
 /// Keep (version, seq, where) if it is nearer than the best so far.
-fn take<'a>(best: &mut Option<(Version, u64, Found<'a>)>, version: Version, seq: u64, at: Found<'a>) {
+fn take<'a>(
+    best: &mut Option<(Version, u64, Found<'a>)>,
+    version: Version,
+    seq: u64,
+    at: Found<'a>,
+) {
     if best
         .as_ref()
         .is_none_or(|&(bv, bs, _)| (version, seq) > (bv, bs))
