@@ -13,7 +13,8 @@
 //!   writer's thread: unlike `Db`, no background checkpoint thread yet;
 //! - reads go straight to the engine under the state lock; a range iterator fetches a page at
 //!   a time from either end and holds no lock between pages (a snapshot only at an internal
-//!   version, which nothing writes);
+//!   version, which nothing writes); `for_each_at` hands a visitor borrowed entries under the
+//!   lock, one walk, no page and no copy;
 //! - open: the newest durable checkpoint, then the log records past its sequence number are
 //!   replayed. A clone's record carries the version it made, so replay makes the same one.
 //!
@@ -470,6 +471,42 @@ impl VersionedDb {
                 range.end_bound().map(AsRef::as_ref),
             ),
         })
+    }
+
+    /// Hand each entry of version `v` in `range` to `visit`, in key order (descending with
+    /// `reverse`), until it returns false: the streaming form of `range_at`, with the same
+    /// answers and the same error for a bad version (refused at the call, before anything is
+    /// visited; nothing changes). The key and value are borrowed from the engine's memory,
+    /// so nothing is allocated per entry, and one call resolves only what `visit` takes.
+    /// The whole walk holds the database's lock: `visit` must not call this database (it
+    /// would wait on itself), and writers wait until the walk ends. An IO error ends the
+    /// walk and is returned.
+    ///
+    /// ```no_run
+    /// # fn main() -> strata::Result<()> {
+    /// let db = strata::VersionedDb::open("versions.db", Default::default())?;
+    /// let mut first = Vec::new();
+    /// db.for_each_at(strata::ROOT_VERSION, &b"a"[..].., false, |k, _| {
+    ///     first.push(k.to_vec());
+    ///     first.len() < 10
+    /// })?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn for_each_at<K: AsRef<[u8]>, R: RangeBounds<K>>(
+        &self,
+        v: Version,
+        range: R,
+        reverse: bool,
+        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        let (lo, hi) = (
+            range.start_bound().map(AsRef::as_ref),
+            range.end_bound().map(AsRef::as_ref),
+        );
+        self.state()?
+            .engine
+            .scan_with(v, lo, hi, reverse, &mut visit)
     }
 
     /// Up to `limit` entries of `v` within (`lo`, `hi`), from the low end or (`reverse`) the

@@ -1,6 +1,7 @@
 //! The versioned dictionary against its reference, for both engines behind `VersionedDb`:
-//! random clones, puts, deletes, point and range reads (both directions), diffs and version
-//! deletes, compared after every step with `VersionedMap` (a map per version), with
+//! random clones, puts, deletes, point and range reads (both directions), visitor scans
+//! (`for_each_at`, both directions, stopped early or not), diffs and version deletes,
+//! compared after every step with `VersionedMap` (a map per version), with
 //! checkpoints, clean reopens and power losses (a simulated disk that loses every unsynced
 //! write, or keeps a random part of them) mixed in. The engines run tiny: the SDA with a
 //! 200-byte buffer and level-0 arrays of 2 entries (flushes, merges and density splits all the
@@ -64,6 +65,9 @@ enum Step {
     DeleteVersion(usize),
     Get(usize, u8),
     Range(usize, u8, u8, bool),
+    /// `for_each_at` over the bounds, either way, its visitor stopping after the given number
+    /// of entries (0: never).
+    Visit(usize, u8, u8, bool, u8),
     Diff(usize, usize),
     /// A write to a deleted version, or one never made.
     BadPut(usize, u8),
@@ -85,6 +89,8 @@ fn step() -> impl Strategy<Value = Step> {
         10 => (v.clone(), 0..24u8).prop_map(|(v, k)| Step::Get(v, k)),
         6 => (v.clone(), 0..24u8, 0..24u8, any::<bool>())
             .prop_map(|(v, a, b, r)| Step::Range(v, a, b, r)),
+        6 => (v.clone(), 0..24u8, 0..24u8, any::<bool>(), 0..6u8)
+            .prop_map(|(v, a, b, r, n)| Step::Visit(v, a, b, r, n)),
         2 => (v.clone(), v.clone()).prop_map(|(a, b)| Step::Diff(a, b)),
         2 => (v.clone(), 0..24u8).prop_map(|(v, k)| Step::BadPut(v, k)),
         1 => Just(Step::Checkpoint),
@@ -140,12 +146,21 @@ fn all_match(db: &VersionedDb, m: &VersionedMap) -> Result<(), TestCaseError> {
             .unwrap()
             .collect::<strata::Result<_>>()
             .unwrap();
-        prop_assert_eq!(
-            got,
-            m.range_at(v, Unbounded, Unbounded).unwrap(),
-            "version {}",
-            v
-        );
+        let want = m.range_at(v, Unbounded, Unbounded).unwrap();
+        prop_assert_eq!(&got, &want, "version {}", v);
+        // The visitor sees the same, both ways.
+        for rev in [false, true] {
+            let mut seen = Vec::new();
+            db.for_each_at::<&[u8], _>(v, .., rev, |k, x| {
+                seen.push((k.to_vec(), x.to_vec()));
+                true
+            })
+            .unwrap();
+            if rev {
+                seen.reverse();
+            }
+            prop_assert_eq!(&seen, &want, "visit version {} rev {}", v, rev);
+        }
     }
     Ok(())
 }
@@ -201,6 +216,24 @@ fn run(kind: Kind, steps: Vec<Step>, durability: Durability) -> Result<(), TestC
                     let got: Vec<_> = it.collect::<strata::Result<_>>().unwrap();
                     prop_assert_eq!(got, want, "range at step {}", i);
                 }
+            }
+            Step::Visit(v, a, b, rev, stop) => {
+                let v = pick(v);
+                let (lo, hi) = bounds(a, b);
+                let mut want = m.range_at(v, Included(&lo[..]), Excluded(&hi[..])).unwrap();
+                if rev {
+                    want.reverse();
+                }
+                if stop > 0 {
+                    want.truncate(stop as usize);
+                }
+                let mut got = Vec::new();
+                db.for_each_at(v, lo..hi, rev, |k, x| {
+                    got.push((k.to_vec(), x.to_vec()));
+                    stop == 0 || got.len() < stop as usize
+                })
+                .unwrap();
+                prop_assert_eq!(got, want, "visit at step {}", i);
             }
             Step::Diff(a, b) => {
                 let (a, b) = (pick(a), pick(b));
@@ -349,10 +382,29 @@ fn each_bad_versions_are_refused_and_change_nothing(kind: Kind) {
         "no such version",
     );
     is_bad(db.diff(ROOT_VERSION, 77).map(|_| ()), 77, "no such version");
+    let mut visited = 0;
+    let mut count = |_: &[u8], _: &[u8]| {
+        visited += 1;
+        true
+    };
+    is_bad(
+        db.for_each_at::<&str, _>(77, .., false, &mut count),
+        77,
+        "no such version",
+    );
     // Deleted.
     db.delete_version(child).unwrap();
     is_bad(db.put_at(child, "a", "2"), child, "deleted");
     is_bad(db.get_at(child, "a").map(|_| ()), child, "deleted");
+    is_bad(
+        db.for_each_at::<&str, _>(child, .., true, &mut count),
+        child,
+        "deleted",
+    );
+    assert_eq!(
+        visited, 0,
+        "a bad version is refused before anything is visited"
+    );
     is_bad(db.delete_version(child), child, "deleted");
     // Too large a key.
     let other = db.clone_version(ROOT_VERSION).unwrap();

@@ -7,8 +7,9 @@
 //!
 //! Semantics (the tree's rules are in `versions`): `get_at(v, k)` is the value written for `k`
 //! at the nearest ancestor-or-self of `v` that wrote `k`, a delete being a write of nothing;
-//! `scan_at` lists what `get_at` would give for each key of a range; bad versions are refused
-//! with `Error::BadVersion` before anything changes.
+//! `scan_with` hands a visitor what `get_at` would give for each key of a range, in order and
+//! borrowed (`scan_at` copies it out); bad versions are refused with `Error::BadVersion` before
+//! anything changes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
@@ -32,8 +33,20 @@ pub trait VersionedEngine: Send {
     fn put_at(&mut self, v: Version, key: &[u8], value: &[u8]) -> Result<()>;
     fn delete_at(&mut self, v: Version, key: &[u8]) -> Result<()>;
     fn get_at(&mut self, v: Version, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Hand each entry of `v` within (`lo`, `hi`) to `visit`, ascending or (with `reverse`)
+    /// descending, until it returns false. The key and value are borrowed from the engine's
+    /// own memory (a block, a node, the write buffer): nothing is allocated per entry. A bad
+    /// `v` is refused before anything is visited.
+    fn scan_with(
+        &mut self,
+        v: Version,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()>;
     /// Append to `out` up to `limit` entries of `v` within (`lo`, `hi`), ascending or (with
-    /// `reverse`) descending.
+    /// `reverse`) descending: `scan_with`, copied out.
     fn scan_at(
         &mut self,
         v: Version,
@@ -42,7 +55,19 @@ pub trait VersionedEngine: Send {
         reverse: bool,
         limit: usize,
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        self.versions().check_live(v)?;
+        if limit == 0 {
+            return Ok(());
+        }
+        let mut taken = 0;
+        out.reserve(limit.min(1024));
+        self.scan_with(v, lo, hi, reverse, &mut |k, x| {
+            out.push((k.to_vec(), x.to_vec()));
+            taken += 1;
+            taken < limit
+        })
+    }
     /// Delete `v`; what no live version can reach any more is reclaimed (at once or by later
     /// merges, as the engine documents).
     fn delete_version(&mut self, v: Version) -> Result<()>;

@@ -36,7 +36,6 @@ use crate::engine::versioned::VersionedEngine;
 use crate::engine::versions::{Version, VersionTree, ROOT};
 use crate::engine::{check_reachable, CheckReport, EngineStats};
 use crate::error::{Error, Result};
-use crate::kv::within;
 use crate::storage::{Checkpoint, Commit, Device, NodeId, NodeStore, Pager};
 use node::Node;
 
@@ -252,59 +251,62 @@ impl CowTree {
         }
     }
 
-    /// Append the entries of the subtree `id` within (`lo`, `hi`), in order, until `out`
-    /// holds `limit`.
-    fn collect(
+    /// Hand the entries of the subtree at `id` within (`lo`, `hi`) to `visit`, in the scan's
+    /// direction, borrowed from the pinned nodes (a node is neither copied nor evicted while
+    /// the walk is in it); false once `visit` has stopped the scan.
+    fn visit_from(
         &mut self,
         id: NodeId,
         lo: Bound<&[u8]>,
         hi: Bound<&[u8]>,
         reverse: bool,
-        limit: usize,
-        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
-    ) -> Result<()> {
-        match self.load(id)? {
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<bool> {
+        let pin = self.store.get(id)?;
+        let node = pin.read();
+        match &*node {
             Node::Leaf(es) => {
-                let it = es.into_iter().filter(|(k, _)| within(k, lo, hi));
-                let room = limit - out.len();
-                if reverse {
-                    out.extend(it.rev().take(room));
+                // Sorted: the bounds cut one slice, and no entry in it is compared again.
+                let from = match lo {
+                    Bound::Included(l) => es.partition_point(|(k, _)| k.as_slice() < l),
+                    Bound::Excluded(l) => es.partition_point(|(k, _)| k.as_slice() <= l),
+                    Bound::Unbounded => 0,
+                };
+                let to = match hi {
+                    Bound::Included(h) => es.partition_point(|(k, _)| k.as_slice() <= h),
+                    Bound::Excluded(h) => es.partition_point(|(k, _)| k.as_slice() < h),
+                    Bound::Unbounded => es.len(),
+                };
+                let es = &es[from..to.max(from)];
+                let go = if reverse {
+                    es.iter().rev().all(|(k, v)| visit(k, v))
                 } else {
-                    out.extend(it.take(room));
-                }
+                    es.iter().all(|(k, v)| visit(k, v))
+                };
+                Ok(go)
             }
+            Node::Internal { kids, .. } if kids.is_empty() => Ok(true),
             Node::Internal { seps, kids } => {
-                // Child i holds [seps[i-1], seps[i]): skip those wholly outside the bounds.
-                let overlaps = |i: usize| {
-                    let below_hi = i == 0
-                        || match hi {
-                            Bound::Included(h) => seps[i - 1].as_slice() <= h,
-                            Bound::Excluded(h) => seps[i - 1].as_slice() < h,
-                            Bound::Unbounded => true,
-                        };
-                    let above_lo = i == seps.len()
-                        || match lo {
-                            Bound::Included(l) | Bound::Excluded(l) => seps[i].as_slice() > l,
-                            Bound::Unbounded => true,
-                        };
-                    below_hi && above_lo
+                // Child i holds [seps[i-1], seps[i]): those from the one `lo` falls in to
+                // the one `hi` falls in.
+                let first = match lo {
+                    Bound::Included(l) | Bound::Excluded(l) => Node::child_for(seps, l),
+                    Bound::Unbounded => 0,
                 };
-                let order: Vec<usize> = if reverse {
-                    (0..kids.len()).rev().collect()
-                } else {
-                    (0..kids.len()).collect()
+                let last = match hi {
+                    Bound::Included(h) => Node::child_for(seps, h),
+                    Bound::Excluded(h) => seps.partition_point(|s| s.as_slice() < h),
+                    Bound::Unbounded => kids.len() - 1,
                 };
-                for i in order {
-                    if out.len() >= limit {
-                        break;
-                    }
-                    if overlaps(i) {
-                        self.collect(kids[i], lo, hi, reverse, limit, out)?;
+                for j in 0..(last + 1).saturating_sub(first) {
+                    let i = if reverse { last - j } else { first + j };
+                    if !self.visit_from(kids[i], lo, hi, reverse, visit)? {
+                        return Ok(false);
                     }
                 }
+                Ok(true)
             }
         }
-        Ok(())
     }
 
     /// Pointers to each node from the roots and internal nodes, and the nodes' key order,
@@ -456,21 +458,17 @@ impl VersionedEngine for CowTree {
         self.lookup(v, key)
     }
 
-    fn scan_at(
+    fn scan_with(
         &mut self,
         v: Version,
         lo: Bound<&[u8]>,
         hi: Bound<&[u8]>,
         reverse: bool,
-        limit: usize,
-        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
         self.tree.check_live(v)?;
         let root = self.roots[&v];
-        let mut page = Vec::new();
-        self.collect(root, lo, hi, reverse, limit, &mut page)?;
-        out.extend(page);
-        Ok(())
+        self.visit_from(root, lo, hi, reverse, visit).map(|_| ())
     }
 
     fn delete_version(&mut self, v: Version) -> Result<()> {
@@ -546,7 +544,7 @@ mod tests {
     use super::*;
     use crate::engine::versioned::VersionedMap;
     use crate::storage::sim::{SimDevice, SimDisk};
-    use std::ops::Bound::Unbounded;
+    use std::ops::Bound::{Excluded, Included, Unbounded};
 
     fn fresh() -> CowTree {
         let disk = SimDisk::new(Default::default(), 0.0);
@@ -588,6 +586,52 @@ mod tests {
         assert!(t.counts.values().all(|&n| n == 1));
         t.checkpoint(1).unwrap();
         t.check().unwrap();
+    }
+
+    /// A visitor that returns false is not called again, from either end; bounds cut leaves
+    /// at both ends; a bad version is refused before the visitor is called.
+    #[test]
+    fn a_visitor_that_stops_stops_the_scan() {
+        let mut t = fresh();
+        for k in 0..300u32 {
+            t.put_at(ROOT, &k.to_be_bytes(), &[k as u8; 3]).unwrap();
+        }
+        let a = t.clone_version(ROOT).unwrap();
+        t.delete_at(a, &1u32.to_be_bytes()).unwrap();
+        for reverse in [false, true] {
+            let mut seen = Vec::new();
+            t.scan_with(a, Unbounded, Unbounded, reverse, &mut |k, x| {
+                assert_eq!(x, [k[3]; 3]);
+                seen.push(u32::from_be_bytes(k.try_into().unwrap()));
+                seen.len() < 3
+            })
+            .unwrap();
+            let want = if reverse {
+                vec![299, 298, 297]
+            } else {
+                vec![0, 2, 3]
+            };
+            assert_eq!(seen, want, "reverse {reverse}");
+            let (lo, hi) = (41u32.to_be_bytes(), 250u32.to_be_bytes());
+            let mut seen = Vec::new();
+            t.scan_with(a, Excluded(&lo), Included(&hi), reverse, &mut |k, _| {
+                seen.push(u32::from_be_bytes(k.try_into().unwrap()));
+                true
+            })
+            .unwrap();
+            let mut want: Vec<u32> = (42..=250).collect();
+            if reverse {
+                want.reverse();
+            }
+            assert_eq!(seen, want, "reverse {reverse}");
+        }
+        let mut called = false;
+        let got = t.scan_with(9, Unbounded, Unbounded, false, &mut |_, _| {
+            called = true;
+            true
+        });
+        assert!(matches!(got, Err(Error::BadVersion { version: 9, .. })));
+        assert!(!called);
     }
 
     #[test]

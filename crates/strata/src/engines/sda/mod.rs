@@ -255,16 +255,15 @@ impl VersionedEngine for Sda {
         self.point(v, key)
     }
 
-    fn scan_at(
+    fn scan_with(
         &mut self,
         v: Version,
         lo: Bound<&[u8]>,
         hi: Bound<&[u8]>,
         reverse: bool,
-        limit: usize,
-        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
-        self.range(v, lo, hi, reverse, limit, out)
+        self.scan(v, lo, hi, reverse, visit)
     }
 
     fn delete_version(&mut self, v: Version) -> Result<()> {
@@ -616,6 +615,66 @@ mod tests {
         }
         assert_eq!(got, want);
         assert_eq!((disk.ios() - ios) as usize, runs, "paged");
+    }
+
+    /// A visitor that returns false is not called again, and the scan reads no further than
+    /// the block it stopped in: one run of 2 blocks of an array of hundreds, either way;
+    /// bounds inside blocks are honoured at both ends.
+    #[test]
+    fn a_visitor_that_stops_stops_the_scan() {
+        let disk = SimDisk::new(Default::default(), 0.0);
+        let cfg = Config {
+            buffer_bytes: 64 << 10,
+            level0_entries: 64,
+            block_bytes: 256,
+            ..Config::tiny()
+        };
+        let pager = Pager::create(Arc::new(SimDevice::new("data", disk.clone())));
+        let mut t = Sda::create(pager, cfg).unwrap();
+        for k in 0..2000u32 {
+            t.put_at(ROOT, &k.to_be_bytes(), &[k as u8; 20]).unwrap();
+        }
+        t.compact().unwrap();
+        assert_eq!(t.arrays().count(), 1);
+        for reverse in [false, true] {
+            t.recent = read::Recent::default();
+            let ios = disk.ios();
+            let mut seen = Vec::new();
+            t.scan_with(ROOT, Unbounded, Unbounded, reverse, &mut |k, x| {
+                assert_eq!(x, [k[3]; 20]);
+                seen.push(u32::from_be_bytes(k.try_into().unwrap()));
+                seen.len() < 3
+            })
+            .unwrap();
+            let want = if reverse {
+                vec![1999, 1998, 1997]
+            } else {
+                vec![0, 1, 2]
+            };
+            assert_eq!(seen, want, "reverse {reverse}");
+            assert_eq!(disk.ios() - ios, 1, "one run read, reverse {reverse}");
+            // Bounds that cut blocks: every key of [500, 1500) once, in order.
+            let (lo, hi) = (500u32.to_be_bytes(), 1500u32.to_be_bytes());
+            let mut seen = Vec::new();
+            t.scan_with(ROOT, Included(&lo), Excluded(&hi), reverse, &mut |k, _| {
+                seen.push(u32::from_be_bytes(k.try_into().unwrap()));
+                true
+            })
+            .unwrap();
+            let mut want: Vec<u32> = (500..1500).collect();
+            if reverse {
+                want.reverse();
+            }
+            assert_eq!(seen, want, "reverse {reverse}");
+        }
+        // A bad version is refused before the visitor is called.
+        let mut called = false;
+        let got = t.scan_with(7, Unbounded, Unbounded, false, &mut |_, _| {
+            called = true;
+            true
+        });
+        assert!(matches!(got, Err(Error::BadVersion { version: 7, .. })));
+        assert!(!called);
     }
 
     #[test]

@@ -12,20 +12,23 @@
 //! them in runs, one IO each, of 2, 4, then `MAX_RUN_BLOCKS` consecutive blocks (an array
 //! is one sequential extent: this is where the SDA's layout pays on a range); a block is
 //! checked and parsed in place (`BlockView`, no copy of its entries) only when the cursor
-//! reaches it; only an answer's key and value are copied out. The merge takes the nearest key of
-//! all fronts, resolves it from every source and stops at `limit` answers, so a scan reads
-//! about `limit` entries' worth of blocks per array plus the rest of its last run, not the
-//! whole range. The last run read from each array is kept (`Recent`, as many runs as there
-//! are levels, plus one), so that the next page of a paged scan, which starts inside it, reads
-//! it again neither whole nor at 2 blocks: its next run doubles the kept one.
+//! reaches it. The merge takes the nearest key of all fronts, resolves it from every source
+//! and hands the answer to the caller's visitor borrowed (the key from one buffer reused, the
+//! value where it lies): nothing is allocated per answer. It stops when the visitor says so,
+//! so a scan reads about the answers' worth of blocks per array plus the rest of its last
+//! run, not the whole range. Only the blocks the bounds fall in compare entries with them.
+//! The last run read from each array is kept (`Recent`, as many runs as there are levels,
+//! plus one), so that the next page of a paged scan, which starts inside it, reads it again
+//! neither whole nor at 2 blocks: its next run doubles the kept one.
 
+use std::cmp::Ordering;
 use std::collections::VecDeque;
 
 use super::array::BlockView;
 use super::buffer::Writes;
 use super::cache::BlockCache;
 use super::*;
-use crate::kv::within;
+use crate::kv::{above_lo, below_hi};
 
 /// The most blocks one IO of a range scan reads (its runs grow 2, 4, 8).
 pub(super) const MAX_RUN_BLOCKS: usize = 8;
@@ -206,7 +209,7 @@ impl Recent {
     }
 }
 
-/// The best candidate so far for one key: (version, seq, value).
+/// The best candidate so far for one key of a point query: (version, seq, value).
 type Best = (Version, u64, Option<Vec<u8>>);
 
 /// Keep (version, seq, value) if it is nearer than the best so far (the value copied only then).
@@ -270,17 +273,20 @@ impl Sda {
         Ok(best.and_then(|(_, _, value)| value))
     }
 
-    pub(super) fn range(
+    /// Hand each entry of `v` within (`lo`, `hi`) to `visit`, in the scan's direction, until
+    /// it returns false (`VersionedEngine::scan_with`). Per answer nothing is allocated: the
+    /// nearest front key is copied into one buffer reused, and the winning value is handed
+    /// over where it lies (a block of a cursor, or the buffer).
+    pub(super) fn scan(
         &mut self,
         v: Version,
         lo: Bound<&[u8]>,
         hi: Bound<&[u8]>,
         reverse: bool,
-        limit: usize,
-        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()> {
         self.tree.check_live(v)?;
-        if empty_range(lo, hi) || limit == 0 {
+        if empty_range(lo, hi) {
             return Ok(());
         }
         let chain = self.tree.ancestry(v);
@@ -300,58 +306,115 @@ impl Sda {
             .filter(|&&x| self.buffer.holds(x))
             .map(|&x| (x, self.buffer.range(x, lo, hi, reverse).peekable()))
             .collect();
+        // One array per level (stratification): `at_key` below has a bit for each.
+        debug_assert!(cursors.len() <= MAX_LEVELS);
         let ancestry = Ancestry::from(chain);
         // Disjoint borrows: the buffer is read while blocks are read and kept.
         let (pager, recent, cache) = (&self.pager, &mut self.recent, &mut self.cache);
         // A scan at v reads at most one array per level.
         let keep = self.levels.len() + 1;
         recent.prefetch(pager, cache, &cursors, keep)?;
-        let nearer = |a: &[u8], b: &[u8]| if reverse { a > b } else { a < b };
-        out.reserve(limit.min(1024));
-        while out.len() < limit {
-            // Every cursor at its front first, then the nearest front key, copied once.
-            let mut fronts = Vec::with_capacity(cursors.len());
-            for (i, c) in cursors.iter_mut().enumerate() {
-                if c.front(pager, recent, cache, keep, &ancestry)?.is_some() {
-                    fronts.push(i);
+        // The order keys come in: a key before another in the scan's direction is `first`.
+        let first = if reverse {
+            Ordering::Greater
+        } else {
+            Ordering::Less
+        };
+        let mut key = Vec::new();
+        loop {
+            // Every cursor at its front (a spent one dropped: it has nothing more), then the
+            // nearest front key, copied once into `key`, and the cursors at it (a bit each:
+            // at most one per level, `MAX_LEVELS` < 64), each front compared once.
+            let mut i = 0;
+            while i < cursors.len() {
+                if cursors[i].ready || cursors[i].front(pager, recent, cache, keep, &ancestry)? {
+                    i += 1;
+                } else {
+                    cursors.swap_remove(i);
                 }
             }
-            let mut key: Option<&[u8]> = None;
+            let mut nearest: Option<&[u8]> = None;
             for (_, src) in &mut buffered {
-                if let Some((k, _)) = src.peek() {
-                    if key.is_none_or(|x| nearer(k, x)) {
-                        key = Some(k.as_slice());
+                if let Some(&(k, _)) = src.peek() {
+                    if nearest.is_none_or(|x| k.as_slice().cmp(x) == first) {
+                        nearest = Some(k.as_slice());
                     }
                 }
             }
-            for &i in &fronts {
-                let k = cursors[i].current_key();
-                if key.is_none_or(|x| nearer(k, x)) {
-                    key = Some(k);
+            let mut at_key = 0u64;
+            for (ci, c) in cursors.iter().enumerate() {
+                let k = c.current_key();
+                match nearest.map(|x| k.cmp(x)) {
+                    Some(Ordering::Equal) => at_key |= 1 << ci,
+                    Some(o) if o != first => {}
+                    _ => {
+                        nearest = Some(k);
+                        at_key = 1 << ci;
+                    }
                 }
             }
-            let Some(key) = key.map(<[u8]>::to_vec) else {
-                break;
+            let Some(k) = nearest else {
+                return Ok(());
             };
-            let mut best = None;
+            key.clear();
+            key.extend_from_slice(k);
+            // The nearest write of `key` v sees: (version, seq, where its value lies).
+            let mut best: Option<(Version, u64, Found)> = None;
             for (x, src) in &mut buffered {
                 if let Some((_, (seq, value))) = src.next_if(|(k, _)| **k == key) {
-                    consider(&mut best, *x, *seq, value.as_deref());
+                    take(&mut best, *x, *seq, Found::Buffer(value.as_deref()));
                 }
             }
-            for c in &mut cursors {
-                // A key's entries share a block: no read is needed to pass them.
-                while c.seen_in_block(&ancestry) && c.current_key() == key.as_slice() {
+            while at_key != 0 {
+                let ci = at_key.trailing_zeros() as usize;
+                at_key &= at_key - 1;
+                let c = &mut cursors[ci];
+                // Every entry of the key the scan sees (nearest first forward, last in
+                // reverse). A key's entries share a block: no read is needed to pass them, and
+                // the block passed stays the cursor's until its next `front`.
+                loop {
                     let (b, i) = (&c.block, c.index());
-                    consider(&mut best, b.version(i), b.seq(i), b.value(i));
+                    take(&mut best, b.version(i), b.seq(i), Found::Block(ci, i));
                     c.step();
+                    if !c.seen_in_block(&ancestry) || c.current_key() != key.as_slice() {
+                        break;
+                    }
                 }
             }
-            if let Some((_, _, Some(value))) = best {
-                out.push((key, value));
+            let value = match best {
+                Some((_, _, Found::Buffer(value))) => value,
+                Some((_, _, Found::Block(ci, i))) => cursors[ci].block.value(i),
+                None => None,
+            };
+            if let Some(value) = value {
+                if !visit(&key, value) {
+                    return Ok(());
+                }
             }
         }
-        Ok(())
+    }
+}
+
+/// Where the best candidate for a key lies: a buffered write's value (None: a tombstone), or
+/// entry `.1` of the block cursor `.0` holds.
+#[derive(Clone, Copy)]
+enum Found<'a> {
+    Buffer(Option<&'a [u8]>),
+    Block(usize, usize),
+}
+
+/// Keep (version, seq, where) if it is nearer than the best so far.
+fn take<'a>(
+    best: &mut Option<(Version, u64, Found<'a>)>,
+    version: Version,
+    seq: u64,
+    at: Found<'a>,
+) {
+    if best
+        .as_ref()
+        .is_none_or(|&(bv, bs, _)| (version, seq) > (bv, bs))
+    {
+        *best = Some((version, seq, at));
     }
 }
 
@@ -408,7 +471,9 @@ fn empty_range(lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> bool {
 
 /// One array's entries within a scan's bounds that its version can see, a block at a time
 /// in the scan's direction: the block being walked (shared with `Recent`, not copied) and the
-/// place in it.
+/// place in it. Only the blocks the bounds fall in are checked against them, each entry
+/// until one passes: the blocks between hold keys within the bounds only, and once an entry
+/// lies past the far bound, so do all the cursor's later ones.
 struct Cursor {
     /// The array and its level.
     id: (NodeId, usize),
@@ -419,9 +484,18 @@ struct Cursor {
     reverse: bool,
     lo: Bound<Vec<u8>>,
     hi: Bound<Vec<u8>>,
+    /// The blocks `lo` and `hi` fall in.
+    lo_block: usize,
+    hi_block: usize,
+    /// Whether entries of `block` from the place on must still be checked against `lo`,
+    /// against `hi`.
+    check_lo: bool,
+    check_hi: bool,
     block: Arc<BlockView>,
     /// Entries of `block` not yet passed: forward, `at..`; in reverse, `..at`.
     at: usize,
+    /// Whether the entry at the place is one the scan sees (`seen_in_block` found it).
+    ready: bool,
 }
 
 impl Cursor {
@@ -447,6 +521,8 @@ impl Cursor {
         if outside {
             return None;
         }
+        // Blocks before `block_for(k)` hold keys below its first key, which is at most k;
+        // blocks after it, keys above k.
         let from = match lo {
             Bound::Included(k) | Bound::Excluded(k) => head.block_for(k),
             Bound::Unbounded => 0,
@@ -464,8 +540,13 @@ impl Cursor {
             reverse,
             lo: lo.map(<[u8]>::to_vec),
             hi: hi.map(<[u8]>::to_vec),
+            lo_block: from,
+            hi_block: to,
+            check_lo: false,
+            check_hi: false,
             block: Arc::new(BlockView::empty()),
             at: 0,
+            ready: false,
         })
     }
 
@@ -486,6 +567,7 @@ impl Cursor {
 
     /// Pass the entry at the cursor's place.
     fn step(&mut self) {
+        self.ready = false;
         if self.reverse {
             self.at -= 1;
         } else {
@@ -493,8 +575,14 @@ impl Cursor {
         }
     }
 
+    /// Nothing more: the rest of the block and the blocks after it lie past the far bound.
+    fn finish(&mut self) {
+        self.next = None;
+        self.at = if self.reverse { 0 } else { self.block.len() };
+    }
+
     /// Pass the entries of the current block the scan cannot see (another branch's, or
-    /// outside the bounds); whether one it sees is left in the block.
+    /// outside the bounds); whether one it sees is left in the block (then `ready`).
     fn seen_in_block(&mut self, ancestry: &Ancestry) -> bool {
         loop {
             let left = if self.reverse {
@@ -506,18 +594,43 @@ impl Cursor {
                 return false;
             }
             let i = self.index();
-            let (lo, hi) = (
-                self.lo.as_ref().map(Vec::as_slice),
-                self.hi.as_ref().map(Vec::as_slice),
-            );
-            if ancestry.contains(&self.block.version(i)) && within(self.block.key(i), lo, hi) {
+            if self.check_lo || self.check_hi {
+                let key = self.block.key(i);
+                // The near bound passes entries until one is within it; the far one ends the
+                // cursor at the first beyond it.
+                if self.check_lo && !above_lo(key, self.lo.as_ref().map(Vec::as_slice)) {
+                    if self.reverse {
+                        self.finish();
+                        return false;
+                    }
+                    self.step();
+                    continue;
+                }
+                if self.check_hi && !below_hi(key, self.hi.as_ref().map(Vec::as_slice)) {
+                    if !self.reverse {
+                        self.finish();
+                        return false;
+                    }
+                    self.step();
+                    continue;
+                }
+                // Within both: so are the later entries, on the near bound's side.
+                if self.reverse {
+                    self.check_hi = false;
+                } else {
+                    self.check_lo = false;
+                }
+            }
+            if ancestry.contains(&self.block.version(i)) {
+                self.ready = true;
                 return true;
             }
             self.step();
         }
     }
 
-    /// The next entry visible at the scan's version (in `ancestry`), reading blocks as needed.
+    /// Move to the next entry visible at the scan's version (in `ancestry`), reading blocks
+    /// as needed; false once there is none.
     fn front(
         &mut self,
         pager: &Pager,
@@ -525,10 +638,13 @@ impl Cursor {
         cache: &mut BlockCache,
         keep: usize,
         ancestry: &Ancestry,
-    ) -> Result<Option<&[u8]>> {
+    ) -> Result<bool> {
+        if self.ready {
+            return Ok(true);
+        }
         while !self.seen_in_block(ancestry) {
             let Some(i) = self.next else {
-                return Ok(None);
+                return Ok(false);
             };
             self.next = if i == self.last {
                 None
@@ -548,7 +664,9 @@ impl Cursor {
                 keep,
             )?;
             self.at = if self.reverse { self.block.len() } else { 0 };
+            self.check_lo = i == self.lo_block && self.lo != Bound::Unbounded;
+            self.check_hi = i == self.hi_block && self.hi != Bound::Unbounded;
         }
-        Ok(Some(self.current_key()))
+        Ok(true)
     }
 }
