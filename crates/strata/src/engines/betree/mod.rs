@@ -39,7 +39,7 @@ mod write;
 
 pub use config::{Geometry, Origin, LARGE_BASEMENTS};
 use leaf::cut_basements;
-pub(crate) use policy::{MAX_RUNS, RUN_BUDGET};
+pub(crate) use policy::{MAX_RUNS, RUN_BUDGET, SMALL_RUN_SHARE};
 pub(crate) use salvage::raw_messages;
 use salvage::SalvageWalk;
 
@@ -80,6 +80,8 @@ pub struct BeTree {
     buffered: u64,
     /// Runs spilled toward leaves and not yet drained.
     runs: u64,
+    /// Merges of a leaf's small runs into one since the engine was opened (`policy::Flush`).
+    run_merges: u64,
     scratch: Scratch,
 }
 
@@ -139,6 +141,7 @@ impl BeTree {
             blobs: 0,
             buffered: 0,
             runs: 0,
+            run_merges: 0,
             scratch: Scratch::default(),
         };
         t.checkpoint(0)?;
@@ -511,6 +514,7 @@ impl Engine for BeTree {
                 ("basement_size", self.geo.basement as u64),
                 ("buffered_messages", self.buffered),
                 ("runs", self.runs),
+                ("run_merges", self.run_merges),
             ],
             ..EngineStats::substrate(&self.store)
         }
