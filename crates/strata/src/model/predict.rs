@@ -711,7 +711,8 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
         // longer: what large nodes cost in CPU per read and in one drain's stall, the account
         // leaves out (docs/performance.md).
         // Runs merged by a full count (`merged_per_drain`) are larger than any small run and
-        // are read by their head and a chunk.
+        // are read by a chunk: they live for many flushes, and their heads stay with the
+        // parent once read.
         let share = (1.0 - levels[height - 1].cached) * in_run;
         let in_merged = share * merged_per_drain(inp, spills) / spills;
         let in_small = share - in_merged;
@@ -721,7 +722,6 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
             point.read(in_small, PAGE as f64, m);
             point.read(in_small, basement_read, m);
         }
-        point.read(in_merged, PAGE as f64, m);
         point.read(in_merged, basement_read, m);
     }
 
