@@ -299,7 +299,8 @@ fn spills_per_drain(inp: &PredictInput, node: f64, flush: f64) -> f64 {
     if page_round(flush) >= page_round(node) {
         return 0.0;
     }
-    let fit = (inp.run_budget * node / page_round(flush)).floor().max(0.0);
+    // The budget counts the runs' encoded bytes, not the pages they take.
+    let fit = (inp.run_budget * node / flush).floor().max(0.0);
     if flush < node / SMALL_RUN_SHARE {
         fit
     } else {
@@ -761,24 +762,29 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
         leaf_hit = hit;
         let miss = flushes_per_insert * (1.0 - hit);
         let run = page_round(flush);
-        // Merges of a full count: each reads half a count of small runs and writes them as
-        // one. The drain then reads the merged runs and the small ones left, every spilled
-        // byte once.
+        // Merges of a full count: each takes about half a count of small runs, the newest,
+        // made in the cache since the last merge (the runs level above keeps them), and
+        // writes them as one. The drain then reads the merged runs and the small ones left,
+        // every spilled byte once.
         let merged = merged_per_drain(inp, spills);
         let merges = merged / (inp.max_runs as f64 / 2.0);
+        let merged_run = if merges > 0.0 {
+            page_round(merged * flush / merges)
+        } else {
+            0.0
+        };
         if merges > 0.0 {
-            insert.read(miss * drain_share * merged, run, m);
-            insert.write(miss * drain_share * merges, merged * run / merges, m);
+            insert.write(miss * drain_share * merges, merged_run, m);
         }
-        let drained_runs = spills - merged + merges;
+        // The drain reads the merged runs and the small ones left.
         insert.read(miss * drain_share, l.node_bytes, m);
-        if drained_runs > 0.0 {
-            insert.read(miss * drain_share * drained_runs, spills * run / drained_runs, m);
-        }
+        insert.read(miss * drain_share * merges, merged_run, m);
+        insert.read(miss * drain_share * (spills - merged), run, m);
         insert.write(miss * drain_share * spills, run, m);
         // A drained leaf is written back once, on eviction.
         insert.write(miss * drain_share, l.node_bytes, m);
-        leaf_evicted_bytes = miss * drain_share * (l.node_bytes + (spills + merged) * run);
+        leaf_evicted_bytes =
+            miss * drain_share * (l.node_bytes + spills * run + merges * merged_run);
     }
     // Db begins a checkpoint only once the log has grown past the dirty bytes as well as past
     // its interval, so a checkpoint writes no more than the log did since the last one: the
