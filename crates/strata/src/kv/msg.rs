@@ -791,7 +791,11 @@ mod tests {
                 let got = RawSegment::new(&bytes, enc).unwrap().lookup(&key(k), enc);
                 assert_eq!(got.unwrap(), want, "key {k}");
                 // The one-time walk finds the same, range deletes included.
-                assert_eq!(lookup_encoded(&bytes, &key(k), enc).unwrap(), want, "key {k}");
+                assert_eq!(
+                    lookup_encoded(&bytes, &key(k), enc).unwrap(),
+                    want,
+                    "key {k}"
+                );
             }
             assert!(!lookup_encoded(&bytes, &key(70), enc).unwrap().is_empty());
             let cut = &bytes[..bytes.len() - 3];

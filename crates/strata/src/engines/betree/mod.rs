@@ -39,9 +39,9 @@ mod write;
 
 pub use config::{Geometry, Origin, LARGE_BASEMENTS};
 use leaf::cut_basements;
-pub(crate) use policy::{MAX_RUNS, RUN_BUDGET};
 #[cfg(test)]
 pub(crate) use policy::SMALL_RUN_SHARE;
+pub(crate) use policy::{MAX_RUNS, RUN_BUDGET};
 pub(crate) use salvage::raw_messages;
 use salvage::SalvageWalk;
 

@@ -68,7 +68,12 @@ pub fn plan(runs: &[u32], incoming: usize, node_size: usize) -> Flush {
         return Flush::Spill;
     }
     let small = node_size / SMALL_RUN_SHARE;
-    let from = runs.len() - runs.iter().rev().take_while(|&&b| (b as usize) < small).count();
+    let from = runs.len()
+        - runs
+            .iter()
+            .rev()
+            .take_while(|&&b| (b as usize) < small)
+            .count();
     // Merging fewer than two runs would not lower the count.
     if runs.len() - from >= 2 {
         Flush::Merge(from)

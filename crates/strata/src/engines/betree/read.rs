@@ -3,8 +3,8 @@
 //! last), so that an answer is exact however much is still buffered.
 
 use super::node::{read_part, run_read_whole_max};
-use crate::kv::msg::lookup_encoded;
 use super::*;
+use crate::kv::msg::lookup_encoded;
 
 impl BeTree {
     /// The value of `key` after applying `events` (seq order) to `base`: read-only.
@@ -71,7 +71,12 @@ impl BeTree {
         fences: bool,
         probe: Option<&[u8]>,
         collect: impl Fn(&Segment, &mut Vec<Msg>),
-    ) -> Result<(Option<Pin<Block>>, Option<Vec<u8>>, Option<Vec<u8>>, Vec<Msg>)> {
+    ) -> Result<(
+        Option<Pin<Block>>,
+        Option<Vec<u8>>,
+        Option<Vec<u8>>,
+        Vec<Msg>,
+    )> {
         let (mut lo, mut hi): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
         let mut msgs = Vec::new();
         let hashed = probe.map(Filter::hash);
@@ -122,7 +127,9 @@ impl BeTree {
                 // A scan takes every run oldest first; a point query probes newest first.
                 let picked: Box<dyn Iterator<Item = _>> = match hashed {
                     None => Box::new(all),
-                    Some(h) => Box::new(all.rev().filter(move |(_, r, _)| r.filter.may_hold_hash(h))),
+                    Some(h) => {
+                        Box::new(all.rev().filter(move |(_, r, _)| r.filter.may_hold_hash(h)))
+                    }
                 };
                 picked
                     .map(|(k, r, large)| (k, r.id, large, r.dir.get().cloned()))
