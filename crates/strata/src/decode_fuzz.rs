@@ -679,7 +679,14 @@ fn check_segment_in(input: &[u8], enc: Encoding) {
                 // A point query searches the raw bytes instead: the same answer.
                 let want: Vec<Msg> = s.lookup(&m.key).cloned().collect();
                 let raw = crate::kv::msg::RawSegment::new(input, enc).expect("it decodes");
-                assert_eq!(raw.lookup(&m.key, enc), Ok(want), "raw lookup of {m:?}");
+                assert_eq!(
+                    raw.lookup(&m.key, enc),
+                    Ok(want.clone()),
+                    "raw lookup of {m:?}"
+                );
+                // And a one-time walk of the bytes (a run's chunk read for one query).
+                let walked = crate::kv::msg::lookup_encoded(input, &m.key, enc);
+                assert_eq!(walked, Ok(want), "walk of {m:?}");
             }
             let mut out = Vec::new();
             s.encode_in(enc, &mut out);
@@ -694,6 +701,9 @@ fn check_segment_in(input: &[u8], enc: Encoding) {
             // Indexing or searching bytes that do not decode may fail, but says why and never
             // panics.
             let key = input.get(..8).unwrap_or(input);
+            if let Err(what) = crate::kv::msg::lookup_encoded(input, key, enc) {
+                assert!(!what.is_empty());
+            }
             match crate::kv::msg::RawSegment::new(input, enc) {
                 Ok(raw) => {
                     if let Err(what) = raw.lookup(key, enc) {

@@ -363,6 +363,83 @@ fn uncached_leaves_take_flushes_as_runs_that_survive_a_crash() {
     db.check().unwrap();
 }
 
+/// When a leaf's count of runs fills before their bytes reach the budget, its newest small runs
+/// are merged into one run rather than drained into the leaf (runs of runs): merges happen,
+/// drains wait, reads see every message (overwrites, deletes, range deletes and merge operands
+/// among them), the check accounts for every run, and a crash keeps every acknowledged batch.
+#[test]
+fn a_full_count_of_small_runs_is_merged_into_one_run() {
+    use std::collections::BTreeMap;
+    use strata::WriteBatch;
+    let env = SimEnv::new();
+    // Flushes of B/F = 2 KiB: 16 runs take 32 KiB of the 128 KiB budget.
+    let opts = Options::default()
+        .betree(64 << 10, 32, 1 << 10)
+        .cache_bytes(128 << 10)
+        .checkpoint_wal_bytes(1 << 20)
+        .merge_operator(strata::AddU64);
+    let db = Db::open_in(&env, opts.clone()).unwrap();
+    let mut oracle: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut merges = 0;
+    for b in 0..240u64 {
+        let mut batch = WriteBatch::new();
+        for i in b * 400..(b + 1) * 400 {
+            // Every third batch rewrites keys of the two before it, still in segments and runs.
+            let k = if b % 3 == 2 {
+                key(i - 400 * (1 + i % 2))
+            } else {
+                key(i)
+            };
+            if b % 3 == 2 && i % 9 == 0 {
+                batch.delete(&k);
+                oracle.remove(&k);
+            } else if b % 3 == 2 && i % 9 == 1 && oracle.contains_key(&k) {
+                // A counter: the merge operator adds to the value's first 8 bytes.
+                batch.upsert(&k, 1u64.to_le_bytes());
+                let v = oracle.get_mut(&k).unwrap();
+                let n = u64::from_le_bytes(v[..8].try_into().unwrap()) + 1;
+                *v = n.to_le_bytes().to_vec();
+            } else {
+                let mut v = (i % 251).to_le_bytes().to_vec();
+                v.resize(40, b'v');
+                batch.put(&k, &v);
+                oracle.insert(k, v);
+            }
+        }
+        if b % 50 == 49 {
+            let (lo, hi) = (b"2".to_vec(), b"21".to_vec());
+            batch.delete_range(&lo, &hi);
+            let doomed: Vec<_> = oracle.range(lo..hi).map(|(k, _)| k.clone()).collect();
+            doomed.iter().for_each(|k| {
+                oracle.remove(k);
+            });
+        }
+        db.write(batch).unwrap();
+        merges = db.metrics().engine.detail("run_merges");
+    }
+    let stats = db.metrics().engine;
+    eprintln!("{merges} merges; at the end {stats:?}");
+    assert!(merges > 10, "{stats:?}");
+    for (k, v) in oracle.iter().step_by(7) {
+        assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "{k:?}");
+    }
+    let report = db.check().unwrap();
+    assert_eq!(
+        (report.keys, report.detail("runs")),
+        (oracle.len() as u64, stats.detail("runs"))
+    );
+    assert!(stats.detail("runs") > 0, "{stats:?}");
+    env.crash();
+    drop(db);
+    let db = Db::open_in(&env, opts).unwrap();
+    let all: Vec<_> = db.iter().unwrap().map(|r| r.unwrap()).collect();
+    assert!(
+        all == oracle.into_iter().collect::<Vec<_>>(),
+        "contents differ"
+    );
+    db.check().unwrap();
+}
+
 /// Copy-on-write leaves the old copies of rewritten blocks behind as free extents; a closed
 /// database gives their space back to the file system (holes), so what it takes on disk is
 /// about what its live blocks take, and it reopens with every value intact.

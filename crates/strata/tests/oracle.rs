@@ -359,6 +359,8 @@ struct Seen {
     /// Most live keys at once, by the oracle (an engine's own count leaves out buffered keys).
     max_keys: Cell<u64>,
     evictions: Cell<u64>,
+    /// Most merges of a Bε-tree leaf's small runs seen within one opening.
+    run_merges: Cell<u64>,
 }
 
 fn bump(c: &Cell<u64>) {
@@ -420,6 +422,8 @@ impl<'a> Run<'a> {
         s.max_keys.set(s.max_keys.get().max(self.cur.len() as u64));
         s.evictions
             .set(s.evictions.get().max(m.engine.cache.evictions));
+        s.run_merges
+            .set(s.run_merges.get().max(m.engine.detail("run_merges")));
     }
 
     /// Right after a checkpoint every byte of the data file is accounted for: the superblocks,
@@ -973,6 +977,13 @@ fn model_long(name: &str, opts: Options, sim: bool, durability: Durability, seed
         }
     };
     assert!(seen.max_blobs.get() > 0, "large values went out of line");
+    if let strata::EngineOptions::BeTree { fanout, .. } = opts.engine {
+        // Flushes of under an eighth of a node into leaves the cache cannot keep: the count
+        // of runs fills before their bytes, and full counts are merged.
+        if fanout > 16 && opts.cache_bytes < 4 * node_size {
+            assert!(seen.run_merges.get() > 0, "{seen:?}");
+        }
+    }
     if node_size <= 4096 {
         assert!(seen.max_height.get() >= 3, "{seen:?}");
     }
@@ -1513,6 +1524,16 @@ model_suite! {
         .betree(8 << 10, 4, 1 << 10)
         .cache_bytes(64 << 10)
         .checkpoint_wal_bytes(8 << 10)
+        .merge_operator(AddU64);
+    // Bε-tree, 32 KiB nodes with fanout 32 and a cache of two nodes: flushes of 1 KiB into
+    // leaves that are not resident, so the count of runs fills before their bytes do and a
+    // leaf's small runs are merged into one (`betree::policy::Flush::Merge`; a few times per
+    // long run here, hundreds of times in betree.rs's
+    // `a_full_count_of_small_runs_is_merged_into_one_run`).
+    betree_32k_merged_runs => Options::default()
+        .betree(32 << 10, 32, 1 << 10)
+        .cache_bytes(64 << 10)
+        .checkpoint_wal_bytes(16 << 10)
         .merge_operator(AddU64);
     // Bε-tree, 64 KiB nodes with fanout 8 and a cache that holds everything.
     betree_64k_large_cache => Options::default()

@@ -581,11 +581,12 @@ fn counts(r: &mut Reader<'_>, enc: Encoding) -> Result<(usize, usize), String> {
     Ok((count(r)?, count(r)?))
 }
 
-/// The point messages for `key` in an encoded segment (`Segment::encode_in`), found by walking
-/// its bytes: the other messages are skipped, not decoded, so a block read to answer one query
-/// costs no allocation but the answer's. Stops at the first key above `key` (points are sorted),
-/// so range deletes, which follow the points, are not looked at: for blocks that hold none (an
-/// LSM-tree's format-1 table blocks keep theirs in the table's head).
+/// The messages bearing on `key` in an encoded segment (`Segment::encode_in`), found by walking
+/// its bytes once: its point messages (oldest first) and the range deletes covering it, what
+/// the decoded segment's `lookup` finds. The other messages are skipped, not decoded, so a
+/// block read to answer one query costs no allocation but the answer's. A segment without
+/// range deletes (an LSM-tree's format-1 table blocks keep theirs in the table's head) is
+/// walked only up to the first key above `key`.
 pub fn lookup_encoded(p: &[u8], key: &[u8], enc: Encoding) -> Result<Vec<Msg>, String> {
     walk_encoded(p, key, enc)
 }
@@ -678,7 +679,7 @@ impl RawSegment {
 
 fn walk_encoded(p: &[u8], key: &[u8], enc: Encoding) -> Result<Vec<Msg>, String> {
     let mut r = Reader::new(p);
-    let (np, _) = counts(&mut r, enc)?;
+    let (np, nr) = counts(&mut r, enc)?;
     let mut found = Vec::new();
     for _ in 0..np {
         let at = r.position();
@@ -690,8 +691,18 @@ fn walk_encoded(p: &[u8], key: &[u8], enc: Encoding) -> Result<Vec<Msg>, String>
                 r.bytes(m.position() - (r.position() - at))?;
                 found.push(msg);
             }
-            std::cmp::Ordering::Greater => break,
+            // The range deletes follow the points: without any, nothing further bears on it.
+            std::cmp::Ordering::Greater if nr == 0 => break,
             _ => skip_body(&mut r, tag, enc)?,
+        }
+    }
+    for _ in 0..nr {
+        let m = Msg::decode(&mut r, enc)?;
+        if !m.is_range() {
+            return Err("a point message among the range deletes".into());
+        }
+        if m.covers(key) {
+            found.push(m);
         }
     }
     Ok(found)
@@ -747,7 +758,7 @@ mod tests {
     }
 
     #[test]
-    fn a_raw_segment_with_ranges_finds_what_the_decoded_segment_finds() {
+    fn a_raw_segment_with_ranges_and_its_walk_find_what_the_decoded_segment_finds() {
         let key = |k: u32| k.to_be_bytes().to_vec();
         let mut s = Segment::default();
         let mut seq = 0;
@@ -779,9 +790,14 @@ mod tests {
                 let want: Vec<Msg> = s.lookup(&key(k)).cloned().collect();
                 let got = RawSegment::new(&bytes, enc).unwrap().lookup(&key(k), enc);
                 assert_eq!(got.unwrap(), want, "key {k}");
+                // The one-time walk finds the same, range deletes included.
+                assert_eq!(
+                    lookup_encoded(&bytes, &key(k), enc).unwrap(),
+                    want,
+                    "key {k}"
+                );
             }
-            // The points-only walk leaves the range deletes out.
-            assert!(lookup_encoded(&bytes, &key(70), enc).unwrap().is_empty());
+            assert!(!lookup_encoded(&bytes, &key(70), enc).unwrap().is_empty());
             let cut = &bytes[..bytes.len() - 3];
             assert!(RawSegment::new(cut, enc).is_err());
         }

@@ -151,6 +151,9 @@ pub const RUN_WHOLE_CHUNKS: f64 = 4.0;
 /// The Bε-tree's run budget (`engines::betree`); the model takes it as an input.
 pub const RUN_BUDGET: f64 = 2.0;
 pub const MAX_RUNS: u64 = 16;
+/// `engines::betree::policy`: a run under this share of a node size is small, and a full count
+/// merges the newest small runs into one.
+pub const SMALL_RUN_SHARE: f64 = 8.0;
 
 fn default_run_budget() -> f64 {
     RUN_BUDGET
@@ -288,14 +291,33 @@ fn allocate(levels: &mut [Level], cache: f64) {
 }
 
 /// Flushes a leaf that is not resident takes as runs before one drains them (the engine's rule,
-/// `BeTree::flush`): at most `max_runs`, and their bytes within `run_budget` node sizes.
+/// `BeTree::flush`): their bytes within `run_budget` node sizes, and at most `max_runs` of them
+/// unless runs of a flush's size are small (`SMALL_RUN_SHARE`), in which case a full count
+/// merges the small ones into one and spilling goes on.
 fn spills_per_drain(inp: &PredictInput, node: f64, flush: f64) -> f64 {
     // The engine spills a run only if it takes fewer pages than the leaf (`betree::policy`).
     if page_round(flush) >= page_round(node) {
         return 0.0;
     }
-    let fit = (inp.run_budget * node / page_round(flush)).floor();
-    fit.clamp(0.0, inp.max_runs as f64)
+    // The budget counts the runs' encoded bytes, not the pages they take.
+    let fit = (inp.run_budget * node / flush).floor().max(0.0);
+    if flush < node / SMALL_RUN_SHARE {
+        fit
+    } else {
+        fit.min(inp.max_runs as f64)
+    }
+}
+
+/// Of the `spills` runs of one drain cycle, how many a full count merges (each once): all but
+/// the small ones the drain finds, about half the count on average. Zero when the count never
+/// fills first.
+fn merged_per_drain(inp: &PredictInput, spills: f64) -> f64 {
+    let max = inp.max_runs as f64;
+    if spills > max {
+        spills - max / 2.0
+    } else {
+        0.0
+    }
 }
 
 /// Writes per update of a level's nodes. The uncached share is written back once per update
@@ -689,13 +711,19 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
         // apart by the account), which measured 24% fewer warm reads and a commit p99 2.5×
         // longer: what large nodes cost in CPU per read and in one drain's stall, the account
         // leaves out (docs/performance.md).
+        // Runs merged by a full count (`merged_per_drain`) are larger than any small run and
+        // are read by a chunk: they live for many flushes, and their heads stay with the
+        // parent once read.
         let share = (1.0 - levels[height - 1].cached) * in_run;
+        let in_merged = share * merged_per_drain(inp, spills) / spills;
+        let in_small = share - in_merged;
         if flush <= (RUN_WHOLE_CHUNKS * basement).min(WHOLE_READ_MAX) {
-            point.read(share, page_round(flush), m);
+            point.read(in_small, page_round(flush), m);
         } else {
-            point.read(share, PAGE as f64, m);
-            point.read(share, basement_read, m);
+            point.read(in_small, PAGE as f64, m);
+            point.read(in_small, basement_read, m);
         }
+        point.read(in_merged, basement_read, m);
     }
 
     let flushes_per_insert = message / flush;
@@ -734,12 +762,29 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
         leaf_hit = hit;
         let miss = flushes_per_insert * (1.0 - hit);
         let run = page_round(flush);
+        // Merges of a full count: each takes about half a count of small runs, the newest,
+        // made in the cache since the last merge (the runs level above keeps them), and
+        // writes them as one. The drain then reads the merged runs and the small ones left,
+        // every spilled byte once.
+        let merged = merged_per_drain(inp, spills);
+        let merges = merged / (inp.max_runs as f64 / 2.0);
+        let merged_run = if merges > 0.0 {
+            page_round(merged * flush / merges)
+        } else {
+            0.0
+        };
+        if merges > 0.0 {
+            insert.write(miss * drain_share * merges, merged_run, m);
+        }
+        // The drain reads the merged runs and the small ones left.
         insert.read(miss * drain_share, l.node_bytes, m);
-        insert.read(miss * drain_share * spills, run, m);
+        insert.read(miss * drain_share * merges, merged_run, m);
+        insert.read(miss * drain_share * (spills - merged), run, m);
         insert.write(miss * drain_share * spills, run, m);
         // A drained leaf is written back once, on eviction.
         insert.write(miss * drain_share, l.node_bytes, m);
-        leaf_evicted_bytes = miss * drain_share * (l.node_bytes + spills * run);
+        leaf_evicted_bytes =
+            miss * drain_share * (l.node_bytes + spills * run + merges * merged_run);
     }
     // Db begins a checkpoint only once the log has grown past the dirty bytes as well as past
     // its interval, so a checkpoint writes no more than the log did since the last one: the

@@ -55,6 +55,7 @@ fn the_betree_message_size_and_run_budget() {
         betree::node::WHOLE_READ_MAX
     );
     assert_eq!(predict::MAX_RUNS, betree::MAX_RUNS as u64);
+    assert_eq!(predict::SMALL_RUN_SHARE, betree::SMALL_RUN_SHARE as f64);
     let w = super::Workload::new(1000).input(1 << 20, 1 << 20);
     assert_eq!(
         (w.run_budget, w.max_runs),

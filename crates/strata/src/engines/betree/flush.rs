@@ -1,6 +1,11 @@
 //! The flusher: an internal node over its limits empties its heaviest segment into the child,
 //! by spilling it as a run beside a leaf that is not in memory (within the run budget,
-//! `policy`) or by draining it, with the child's runs, into the child.
+//! `policy`), by merging it with the leaf's newest small runs into one run, or by draining it,
+//! with the child's runs, into the child.
+//!
+//! Invariant: a child's runs are ordered oldest first, every message of a run older than every
+//! message of the runs after it and of the segment; a merge replaces the newest runs, so the
+//! order holds.
 
 use super::*;
 
@@ -40,15 +45,16 @@ impl BeTree {
     pub(super) fn flush(&mut self, parent: &Pin<Block>, j: usize, depth: u32) -> Result<()> {
         let child_id = internal(&parent.read()).children[j];
         if depth + 1 == self.height && !self.fully_resident(child_id)? {
-            let room = {
+            let plan = {
                 let g = parent.read();
                 let n = internal(&g);
-                let runs = &n.runs[j];
-                let run_bytes: usize = runs.iter().map(|r| r.bytes as usize).sum();
-                policy::may_spill(runs.len(), run_bytes, n.segs[j].bytes, self.geo.node_size)
+                let sizes: Vec<u32> = n.runs[j].iter().map(|r| r.bytes).collect();
+                policy::plan(&sizes, n.segs[j].bytes, self.geo.node_size)
             };
-            if room {
-                return self.spill(parent, j);
+            match plan {
+                policy::Flush::Spill => return self.spill(parent, j),
+                policy::Flush::Merge(from) => return self.merge_runs(parent, j, from),
+                policy::Flush::Drain => {}
             }
         }
         let child = self.store.get(child_id)?;
@@ -72,6 +78,11 @@ impl BeTree {
             std::mem::replace(&mut internal_mut(&mut g).segs[j], empty_seg())
         };
         let seg = seg.data.expect("dirty nodes are resident");
+        self.add_run(parent, j, seg)
+    }
+
+    /// Append `seg` to child j's runs as a new run (the newest).
+    fn add_run(&mut self, parent: &Pin<Block>, j: usize, seg: Segment) -> Result<()> {
         let filter = if seg.ranges().is_empty() {
             Filter::build_bits(
                 seg.points().iter().map(|m| m.key.as_slice()),
@@ -89,6 +100,54 @@ impl BeTree {
         internal_mut(&mut parent.write()).runs[j].push(RunRef::new(id, bytes, count, filter));
         self.store.mark_dirty(parent);
         Ok(())
+    }
+
+    /// Merge child j's runs from index `from` on and segment j into one run in their place
+    /// (`policy::Flush::Merge`). Messages made obsolete by newer ones for the same key are
+    /// dropped, as a segment drops them; the leaf is not touched.
+    pub(super) fn merge_runs(&mut self, parent: &Pin<Block>, j: usize, from: usize) -> Result<()> {
+        // Read every input before changing anything, so a failed read leaves the tree whole.
+        let ids: Vec<NodeId> = internal(&parent.read()).runs[j][from..]
+            .iter()
+            .map(|r| r.id)
+            .collect();
+        let mut msgs = Vec::new();
+        for &id in &ids {
+            msgs.extend(self.load_run(id)?);
+        }
+        let seg = {
+            let mut g = parent.write();
+            let n = internal_mut(&mut g);
+            n.runs[j].truncate(from);
+            std::mem::replace(&mut n.segs[j], empty_seg())
+        };
+        for id in ids {
+            self.store.free(id);
+            self.runs -= 1;
+        }
+        msgs.extend(seg.data.expect("dirty nodes are resident").into_by_seq());
+        let before = msgs.len();
+        let mut merged = Segment::default();
+        let dropped = if msgs
+            .iter()
+            .all(|m| matches!(m.body, Body::Put(_) | Body::Delete))
+        {
+            // Puts and deletes: by key, each key's oldest first, in one merge (stable sort
+            // keeps the order by age within a key).
+            msgs.sort_by(|a, b| a.key.cmp(&b.key));
+            merged.insert_run(msgs, &mut self.scratch)
+        } else {
+            let merge = self.merge.clone();
+            let mut dropped = Vec::new();
+            for m in msgs {
+                dropped.extend(merged.insert(m, merge.as_deref()));
+            }
+            dropped
+        };
+        self.buffered -= (before - merged.len()) as u64;
+        self.run_merges += 1;
+        self.free_msgs(dropped);
+        self.add_run(parent, j, merged)
     }
 
     /// Take child j's runs out of a resident internal node: their messages, oldest first. The

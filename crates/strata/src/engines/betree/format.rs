@@ -66,6 +66,7 @@ impl BeTree {
             blobs,
             buffered,
             runs,
+            run_merges: 0,
             scratch: Scratch::default(),
         })
     }

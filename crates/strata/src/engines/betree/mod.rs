@@ -39,6 +39,8 @@ mod write;
 
 pub use config::{Geometry, Origin, LARGE_BASEMENTS};
 use leaf::cut_basements;
+#[cfg(test)]
+pub(crate) use policy::SMALL_RUN_SHARE;
 pub(crate) use policy::{MAX_RUNS, RUN_BUDGET};
 pub(crate) use salvage::raw_messages;
 use salvage::SalvageWalk;
@@ -80,6 +82,8 @@ pub struct BeTree {
     buffered: u64,
     /// Runs spilled toward leaves and not yet drained.
     runs: u64,
+    /// Merges of a leaf's small runs into one since the engine was opened (`policy::Flush`).
+    run_merges: u64,
     scratch: Scratch,
 }
 
@@ -139,6 +143,7 @@ impl BeTree {
             blobs: 0,
             buffered: 0,
             runs: 0,
+            run_merges: 0,
             scratch: Scratch::default(),
         };
         t.checkpoint(0)?;
@@ -295,16 +300,16 @@ impl Engine for BeTree {
             self.descend(Bound::Included(key), false, false, Some(key), |seg, out| {
                 out.extend(seg.lookup(key).cloned())
             })?;
+        msgs.sort_by_key(|m| m.seq);
+        let refs: Vec<&Msg> = msgs.iter().collect();
+        // A put or a delete above the leaf settles the value: the descent stopped there.
+        let Some(leaf) = leaf else {
+            return self.resolve(key, None, &refs);
+        };
         let i = match &*leaf.read() {
             Block::Leaf(l) => l.basement_for(key),
             _ => unreachable!("descent ends at a leaf"),
         };
-        msgs.sort_by_key(|m| m.seq);
-        let refs: Vec<&Msg> = msgs.iter().collect();
-        if refs.iter().any(|m| !matches!(m.body, Body::Upsert(_))) {
-            // A put or a delete above the leaf settles the value: the leaf's entry is not read.
-            return self.resolve(key, None, &refs);
-        }
         self.load_part(&leaf, i)?;
         let g = leaf.read();
         let Block::Leaf(l) = &*g else {
@@ -406,6 +411,7 @@ impl Engine for BeTree {
             let (leaf, lf, hf, msgs) = self.descend(at, reverse, true, None, |seg, out| {
                 out.extend(seg.points().iter().chain(seg.ranges()).cloned())
             })?;
+            let leaf = leaf.expect("a scan's descent ends at a leaf");
             let in_leaf =
                 |k: &[u8]| lf.as_deref().is_none_or(|l| k >= l) && before(k, hf.as_deref());
             let beyond_cursor = |k: &[u8]| match (&cursor, reverse) {
@@ -511,6 +517,7 @@ impl Engine for BeTree {
                 ("basement_size", self.geo.basement as u64),
                 ("buffered_messages", self.buffered),
                 ("runs", self.runs),
+                ("run_merges", self.run_merges),
             ],
             ..EngineStats::substrate(&self.store)
         }

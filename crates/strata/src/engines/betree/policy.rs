@@ -1,16 +1,21 @@
 //! The run budget: when a flush into a leaf that is not in memory is spilled as a run beside
-//! it, and when it drains the leaf's runs into it instead. A pure decision (no IO, no state),
-//! apart from the flusher that acts on it, so it can be tested and priced on its own; the model
-//! takes the same two limits as inputs (`tune/pairing.rs` pairs them).
+//! it, when the leaf's small runs are merged into one, and when it drains the leaf's runs into
+//! it instead. A pure decision (no IO, no state), apart from the flusher that acts on it, so it
+//! can be tested and priced on its own; the model takes the same limits as inputs
+//! (`tune/pairing.rs` pairs them).
 //!
 //! Why: a leaf that is not resident would be read whole and written whole for about B/F bytes
 //! of messages, about F bytes written per byte flushed. A run writes those bytes once, and the
-//! leaf is rewritten once for up to `RUN_BUDGET` node sizes of runs.
+//! leaf is rewritten once for up to `RUN_BUDGET` node sizes of runs. The count of runs a point
+//! query probes is bounded too (`MAX_RUNS`); when it binds first, the small runs are merged
+//! into one (one more write of their bytes) so that the drain still waits for the byte budget:
+//! runs of runs, as an LSM's tiers, instead of a leaf rewritten for a sixteenth of its size.
 
 use crate::storage::block::PAGE;
 
-/// Spilled runs a leaf may collect before a flush drains them into it: a point query probes
-/// each run's filter, and about one probe in a hundred that misses still reads a chunk.
+/// Runs a leaf may have: a flush that finds the count full merges the newest small runs into
+/// one, or drains them all into the leaf. A point query probes each run's filter, and about one
+/// probe in a hundred that misses still reads a chunk.
 pub const MAX_RUNS: usize = 16;
 
 /// Bits per key of a run's filter. A point query probes every run of its leaf, and each false
@@ -27,47 +32,104 @@ pub const RUN_FILTER_BITS: usize = 16;
 /// runs for scans to merge (docs/performance.md, "Step 3").
 pub const RUN_BUDGET: f64 = 2.0;
 
-/// Whether a flush of `incoming` bytes into a leaf that is not in memory, which already has
-/// `runs` runs of `run_bytes` bytes in all, may be spilled as one more run (else the flush
-/// drains the runs and the incoming messages into the leaf).
+/// A run smaller than this share of a node size is small: the count's merge takes it.
+/// Merged runs are larger (16 flushes of B/F, at F up to 128), so a byte is merged about once
+/// before its drain.
+pub const SMALL_RUN_SHARE: usize = 8;
+
+/// What a flush into a leaf that is not in memory does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flush {
+    /// Write the incoming messages as one more run.
+    Spill,
+    /// Merge the runs from this index on (all small, the newest) and the incoming messages into
+    /// one run in their place.
+    Merge(usize),
+    /// Drain the runs and the incoming messages into the leaf.
+    Drain,
+}
+
+/// The plan for a flush of `incoming` bytes into a leaf that is not in memory, whose runs,
+/// oldest first, have the sizes `runs`.
 ///
 /// A run is a block of its own: written now and read again at the drain, it pays only if it
 /// takes fewer pages than the leaf it spares. So a leaf of one page (seed 001's 4 KiB nodes)
 /// takes its flushes directly; there, runs also filled the parent's head with their entries
 /// and filters, and seed 001's random inserts did 3.2x the IOs with them.
-pub fn may_spill(runs: usize, run_bytes: usize, incoming: usize, node_size: usize) -> bool {
+pub fn plan(runs: &[u32], incoming: usize, node_size: usize) -> Flush {
     let pages = |b: usize| b.div_ceil(PAGE as usize);
-    runs < MAX_RUNS
-        && (run_bytes + incoming) as f64 <= RUN_BUDGET * node_size as f64
-        && pages(incoming) < pages(node_size)
+    let run_bytes: usize = runs.iter().map(|&b| b as usize).sum();
+    if pages(incoming) >= pages(node_size)
+        || (run_bytes + incoming) as f64 > RUN_BUDGET * node_size as f64
+    {
+        return Flush::Drain;
+    }
+    if runs.len() < MAX_RUNS {
+        return Flush::Spill;
+    }
+    let small = node_size / SMALL_RUN_SHARE;
+    let from = runs.len()
+        - runs
+            .iter()
+            .rev()
+            .take_while(|&&b| (b as usize) < small)
+            .count();
+    // Merging fewer than two runs would not lower the count.
+    if runs.len() - from >= 2 {
+        Flush::Merge(from)
+    } else {
+        Flush::Drain
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const NODE: usize = 1 << 20;
+
     #[test]
     fn spills_until_the_count_or_the_bytes_run_out() {
-        let node = 1 << 20;
-        assert!(may_spill(0, 0, 64 << 10, node));
-        assert!(may_spill(MAX_RUNS - 1, 0, 1, node));
-        assert!(!may_spill(MAX_RUNS, 0, 1, node), "the count is full");
+        assert_eq!(plan(&[], 64 << 10, NODE), Flush::Spill);
+        assert_eq!(plan(&[1; MAX_RUNS - 1], 1, NODE), Flush::Spill);
         // Exactly the budget fits; one byte more drains.
-        let budget = (RUN_BUDGET * node as f64) as usize;
-        assert!(may_spill(3, budget - 100, 100, node));
-        assert!(!may_spill(3, budget - 100, 101, node));
+        let budget = (RUN_BUDGET * NODE as f64) as usize;
+        let runs = [(budget - 100) as u32, 0, 0];
+        assert_eq!(plan(&runs, 100, NODE), Flush::Spill);
+        assert_eq!(plan(&runs, 101, NODE), Flush::Drain);
         // A flush larger than the whole budget always drains.
-        assert!(!may_spill(0, 0, budget + 1, node));
+        assert_eq!(plan(&[], budget + 1, NODE), Flush::Drain);
+    }
+
+    #[test]
+    fn a_full_count_merges_the_newest_small_runs() {
+        let small = (16 << 10) as u32;
+        let big = (NODE / SMALL_RUN_SHARE) as u32;
+        // All small: all of them are merged.
+        assert_eq!(plan(&[small; MAX_RUNS], 16 << 10, NODE), Flush::Merge(0));
+        // Large runs first (merged earlier), then small ones: only the small suffix.
+        let mut runs = vec![big; 3];
+        runs.extend([small; MAX_RUNS - 3]);
+        assert_eq!(plan(&runs, 16 << 10, NODE), Flush::Merge(3));
+        // A small run older than a large one stays: a merge takes the newest runs only, so
+        // the runs stay ordered by age.
+        let mut runs = vec![small, big];
+        runs.extend([small; MAX_RUNS - 2]);
+        assert_eq!(plan(&runs, 16 << 10, NODE), Flush::Merge(2));
+        // One small run left to merge lowers nothing: drain.
+        let mut runs = vec![big; MAX_RUNS - 1];
+        runs.push(1);
+        assert_eq!(plan(&runs, 1, NODE), Flush::Drain);
     }
 
     #[test]
     fn a_run_must_take_fewer_pages_than_its_leaf() {
         let page = PAGE as usize;
         // A one-page leaf never gets runs, however small the flush.
-        assert!(!may_spill(0, 0, 1, page));
-        assert!(!may_spill(0, 0, 200, page));
+        assert_eq!(plan(&[], 1, page), Flush::Drain);
+        assert_eq!(plan(&[], 200, page), Flush::Drain);
         // Two pages: a flush within one page spills, one past it drains.
-        assert!(may_spill(0, 0, page, 2 * page));
-        assert!(!may_spill(0, 0, page + 1, 2 * page));
+        assert_eq!(plan(&[], page, 2 * page), Flush::Spill);
+        assert_eq!(plan(&[], page + 1, 2 * page), Flush::Drain);
     }
 }

@@ -2,8 +2,9 @@
 //! messages buffered for it on the way, and their resolution against the leaf's entry (newest
 //! last), so that an answer is exact however much is still buffered.
 
-use super::node::run_read_whole_max;
+use super::node::{read_part, run_read_whole_max};
 use super::*;
+use crate::kv::msg::lookup_encoded;
 
 impl BeTree {
     /// The value of `key` after applying `events` (seq order) to `base`: read-only.
@@ -58,6 +59,10 @@ impl BeTree {
     /// held raw are searched in place for the key instead of being decoded). Returns the
     /// leaf, its fences (the nearest pivots on either side, when `fences` asks for them) and
     /// what was collected.
+    ///
+    /// A point query stops as soon as what it collected settles its key (a put, a delete or a
+    /// range delete: everything below is older): it probes a child's runs newest first and
+    /// skips the older ones, and the levels below, leaf included; then there is no leaf.
     #[allow(clippy::type_complexity)]
     pub(super) fn descend(
         &mut self,
@@ -66,7 +71,12 @@ impl BeTree {
         fences: bool,
         probe: Option<&[u8]>,
         collect: impl Fn(&Segment, &mut Vec<Msg>),
-    ) -> Result<(Pin<Block>, Option<Vec<u8>>, Option<Vec<u8>>, Vec<Msg>)> {
+    ) -> Result<(
+        Option<Pin<Block>>,
+        Option<Vec<u8>>,
+        Option<Vec<u8>>,
+        Vec<Msg>,
+    )> {
         let (mut lo, mut hi): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
         let mut msgs = Vec::new();
         let hashed = probe.map(Filter::hash);
@@ -95,7 +105,10 @@ impl BeTree {
                 Block::Run(_) => return Err(self.not_a_node(pin.id())),
             };
             let Some((i, child)) = step else {
-                return Ok((pin, lo, hi, msgs));
+                return Ok((Some(pin), lo, hi, msgs));
+            };
+            let settled = |msgs: &[Msg]| {
+                probe.is_some() && msgs.iter().any(|m| !matches!(m.body, Body::Upsert(_)))
             };
             self.fetch_part(&pin, i, probe.is_none())?;
             let whole_max = run_read_whole_max(self.geo.basement as u64);
@@ -104,17 +117,43 @@ impl BeTree {
                 let n = internal(&g);
                 take(&n.segs[i], n.enc, probe, &collect, &mut msgs)
                     .map_err(|what| self.corrupt(pin.id(), format!("segment {i}: {what}")))?;
-                n.runs[i]
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, r)| hashed.is_none_or(|h| r.filter.may_hold_hash(h)))
-                    .map(|(k, r)| {
-                        let large = r.bytes as u64 > whole_max;
-                        (k, r.id, large, r.dir.get().cloned())
-                    })
+                if settled(&msgs) {
+                    return Ok((None, lo, hi, msgs));
+                }
+                let all = n.runs[i].iter().enumerate().map(|(k, r)| {
+                    let large = r.bytes as u64 > whole_max;
+                    (k, r, large)
+                });
+                // A scan takes every run oldest first; a point query probes newest first.
+                let picked: Box<dyn Iterator<Item = _>> = match hashed {
+                    None => Box::new(all),
+                    Some(h) => {
+                        Box::new(all.rev().filter(move |(_, r, _)| r.filter.may_hold_hash(h)))
+                    }
+                };
+                picked
+                    .map(|(k, r, large)| (k, r.id, large, r.dir.get().cloned()))
                     .collect()
             };
             for (k, id, large, dir) in runs {
+                if settled(&msgs) {
+                    return Ok((None, lo, hi, msgs));
+                }
+                if let (Some(key), Some(dir)) = (probe, &dir) {
+                    if !self.store.is_resident(id) {
+                        // The one chunk, read and walked once, not kept: a head-only copy of
+                        // the run made for the pool, and the chunk indexed there, cost a point
+                        // query more than the read (the OS page cache still holds the bytes).
+                        let c = dir.chunk_for(key);
+                        let loc = dir.chunks[c].loc.expect("a kept head is of a written run");
+                        let bytes = read_part(self.store.pager(), id, c, loc)?;
+                        msgs.extend(
+                            lookup_encoded(&bytes, key, dir.enc)
+                                .map_err(|what| self.corrupt(id, format!("chunk {c}: {what}")))?,
+                        );
+                        continue;
+                    }
+                }
                 // A point query reads the one chunk its key falls in; a scan reads them all. Of
                 // a large run (`run_read_whole_max`) a point query reads the head only if its
                 // parent has not kept it yet, and then keeps it.
@@ -143,6 +182,9 @@ impl BeTree {
                     take(&r.chunks[c], r.enc, probe, &collect, &mut msgs)
                         .map_err(|what| self.corrupt(id, format!("chunk {c}: {what}")))?;
                 }
+            }
+            if settled(&msgs) {
+                return Ok((None, lo, hi, msgs));
             }
             pin = self.store.get(child)?;
         }
