@@ -550,15 +550,9 @@ mod tests {
         assert!(stored(&mut t).iter().all(|(_, v)| *v != a));
     }
 
-    /// A version delete schedules the rewrite of an array it left holding entries no live
-    /// version reaches: a leaf's writes merged with those its parent and sibling read go
-    /// without any further write, and the space referenced falls by their share.
-    /// A range scan reads an array's blocks in runs, one IO each, growing 2, 4, 8 blocks
-    /// (`read::MAX_RUN_BLOCKS`), both ways; a scan paged 256 entries at a time, each page
-    /// starting after the last one's key, resumes inside the kept run and keeps growing, so
-    /// it reads no more than the scan in one go.
-    #[test]
-    fn range_scans_read_blocks_in_growing_runs() {
+    /// 2,000 keys (20-byte values) at the root, compacted into one array of 256-byte blocks,
+    /// on a simulated disk whose IOs the test counts.
+    fn one_array_of_2000_keys() -> (Arc<SimDisk>, Sda) {
         let disk = SimDisk::new(Default::default(), 0.0);
         let cfg = Config {
             buffer_bytes: 64 << 10,
@@ -573,6 +567,19 @@ mod tests {
         }
         t.compact().unwrap();
         assert_eq!(t.arrays().count(), 1);
+        (disk, t)
+    }
+
+    /// A version delete schedules the rewrite of an array it left holding entries no live
+    /// version reaches: a leaf's writes merged with those its parent and sibling read go
+    /// without any further write, and the space referenced falls by their share.
+    /// A range scan reads an array's blocks in runs, one IO each, growing 2, 4, 8 blocks
+    /// (`read::MAX_RUN_BLOCKS`), both ways; a scan paged 256 entries at a time, each page
+    /// starting after the last one's key, resumes inside the kept run and keeps growing, so
+    /// it reads no more than the scan in one go.
+    #[test]
+    fn range_scans_read_blocks_in_growing_runs() {
+        let (disk, mut t) = one_array_of_2000_keys();
         let id = t.arrays().next().unwrap().id;
         let blocks = t.head(id).unwrap().blocks.len();
         assert!(blocks > 200, "{blocks} blocks");
@@ -622,20 +629,7 @@ mod tests {
     /// bounds inside blocks are honoured at both ends.
     #[test]
     fn a_visitor_that_stops_stops_the_scan() {
-        let disk = SimDisk::new(Default::default(), 0.0);
-        let cfg = Config {
-            buffer_bytes: 64 << 10,
-            level0_entries: 64,
-            block_bytes: 256,
-            ..Config::tiny()
-        };
-        let pager = Pager::create(Arc::new(SimDevice::new("data", disk.clone())));
-        let mut t = Sda::create(pager, cfg).unwrap();
-        for k in 0..2000u32 {
-            t.put_at(ROOT, &k.to_be_bytes(), &[k as u8; 20]).unwrap();
-        }
-        t.compact().unwrap();
-        assert_eq!(t.arrays().count(), 1);
+        let (disk, mut t) = one_array_of_2000_keys();
         for reverse in [false, true] {
             t.recent = read::Recent::default();
             let ios = disk.ios();
