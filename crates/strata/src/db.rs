@@ -436,6 +436,7 @@ impl Db {
         lo: &Bound<Vec<u8>>,
         hi: &Bound<Vec<u8>>,
         reverse: bool,
+        limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let mut st = self.state()?;
         let mut out = Vec::new();
@@ -443,7 +444,7 @@ impl Db {
             lo.as_ref().map(|k| k.as_slice()),
             hi.as_ref().map(|k| k.as_slice()),
             reverse,
-            RANGE_PAGE,
+            limit,
             &mut out,
         );
         // Even a failed scan may have loaded nodes: the pool goes back within its budget.
@@ -597,9 +598,6 @@ impl Drop for Db {
     }
 }
 
-/// Entries fetched from the engine per lock acquisition by a range iterator.
-const RANGE_PAGE: usize = 256;
-
 /// An iterator over a key range, from either end. Not a snapshot: see the module comment.
 pub struct RangeIter<'a> {
     db: &'a Db,
@@ -609,8 +607,9 @@ pub struct RangeIter<'a> {
 impl RangeIter<'_> {
     fn step(&mut self, reverse: bool) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
         let db = self.db;
-        self.paged
-            .step(reverse, |lo, hi, reverse| db.scan_page(lo, hi, reverse))
+        self.paged.step(reverse, |lo, hi, reverse, limit| {
+            db.scan_page(lo, hi, reverse, limit)
+        })
     }
 }
 

@@ -451,9 +451,10 @@ impl VersionedDb {
     }
 
     /// The entries of version `v` in `range`, in key order (`.rev()` for descending). Pages
-    /// of `RANGE_PAGE` entries are fetched as the iterator goes, holding no lock between
-    /// pages, so taking the first n entries resolves fewer than n + `RANGE_PAGE`. Each key
-    /// comes at most once, in order.
+    /// are fetched as the iterator goes, holding no lock between pages: 256 entries first,
+    /// each next page from the same end twice the last, up to 4,096 (`kv::bounds::Paged`), so
+    /// taking the first n entries resolves fewer than 2n + 256. Each key comes at most once,
+    /// in order.
     /// At an internal version (frozen) this is a snapshot; at a leaf, a write made after this
     /// call to a key not yet reached is seen. Fails at once if `v` is not live, and yields
     /// the error of a later page (`v` deleted meanwhile, an IO error) as an item.
@@ -593,9 +594,6 @@ impl VersionedDb {
     }
 }
 
-/// Entries a range iterator fetches per lock acquisition (as `Db`'s).
-const RANGE_PAGE: usize = 256;
-
 /// A version's entries in a key range, fetched a page at a time from either end (see
 /// `VersionedDb::range_at`).
 pub struct VersionedRange<'a> {
@@ -607,8 +605,8 @@ pub struct VersionedRange<'a> {
 impl VersionedRange<'_> {
     fn step(&mut self, reverse: bool) -> Option<Result<(Vec<u8>, Vec<u8>)>> {
         let (db, v) = (self.db, self.version);
-        self.paged.step(reverse, |lo, hi, reverse| {
-            db.scan_page(v, lo, hi, reverse, RANGE_PAGE)
+        self.paged.step(reverse, |lo, hi, reverse, limit| {
+            db.scan_page(v, lo, hi, reverse, limit)
         })
     }
 }

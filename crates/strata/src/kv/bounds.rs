@@ -60,6 +60,16 @@ pub fn next_cursor(
 /// A key-value pair as a range iterator yields it.
 pub type Entry = (Vec<u8>, Vec<u8>);
 
+/// Entries in a range iterator's first page from either end.
+pub const FIRST_PAGE: usize = 256;
+
+/// The most entries in one page: each page from an end is twice the last, up to this. A short
+/// range resolves little past what it takes, and a long one does not pay an engine's fixed
+/// cost per page too often: a Bε-tree's scan resolves the leaf it is in (about 8K entries and
+/// as many buffered messages at 1 MiB nodes) once per page, and a full scan of 1M keys loaded
+/// at 16 MiB took 16 s in pages of 256 against 3.7 s in these.
+pub const MAX_PAGE: usize = 4096;
+
 /// A range read a page at a time from either end, as `Db::range` and `VersionedDb::range_at`
 /// iterate. Invariants: `lo`/`hi` bound what is left to fetch, past every key either end has
 /// returned, so the two ends never return a key twice; once `done`, nothing more is returned.
@@ -68,6 +78,8 @@ pub struct Paged {
     hi: Bound<Vec<u8>>,
     front: VecDeque<Entry>,
     back: VecDeque<Entry>,
+    /// The size of the next page from the front and from the back.
+    pages: [usize; 2],
     done: bool,
 }
 
@@ -79,27 +91,32 @@ impl Paged {
             hi: own(hi),
             front: VecDeque::new(),
             back: VecDeque::new(),
+            pages: [FIRST_PAGE; 2],
             done: false,
         }
     }
 
-    /// The next entry from the front (or the back, `reverse`), fetching a page with
-    /// `fetch(lo, hi, reverse)` when that end's buffer is empty. An error ends the range.
+    /// The next entry from the front (or the back, `reverse`), fetching a page of up to
+    /// `limit` entries with `fetch(lo, hi, reverse, limit)` when that end's buffer is empty
+    /// (`FIRST_PAGE`, doubling with each page from that end up to `MAX_PAGE`). An error ends
+    /// the range.
     pub fn step(
         &mut self,
         reverse: bool,
-        fetch: impl FnOnce(&Bound<Vec<u8>>, &Bound<Vec<u8>>, bool) -> Result<Vec<Entry>>,
+        fetch: impl FnOnce(&Bound<Vec<u8>>, &Bound<Vec<u8>>, bool, usize) -> Result<Vec<Entry>>,
     ) -> Option<Result<Entry>> {
         if self.done {
             return None;
         }
-        let buf = if reverse {
-            &mut self.back
+        let (buf, page) = if reverse {
+            (&mut self.back, &mut self.pages[1])
         } else {
-            &mut self.front
+            (&mut self.front, &mut self.pages[0])
         };
         if buf.is_empty() {
-            match fetch(&self.lo, &self.hi, reverse) {
+            let limit = *page;
+            *page = (limit * 2).min(MAX_PAGE);
+            match fetch(&self.lo, &self.hi, reverse, limit) {
                 Ok(page) => *buf = page.into(),
                 Err(e) => {
                     self.done = true;
@@ -135,7 +152,13 @@ mod tests {
     use Bound::*;
 
     /// Pages of at most 2 from a sorted list, as an engine's scan would give them.
-    fn page(all: &[u8], lo: &Bound<Vec<u8>>, hi: &Bound<Vec<u8>>, rev: bool) -> Vec<Entry> {
+    fn page(
+        all: &[u8],
+        lo: &Bound<Vec<u8>>,
+        hi: &Bound<Vec<u8>>,
+        rev: bool,
+        _: usize,
+    ) -> Vec<Entry> {
         let (l, h) = (
             lo.as_ref().map(Vec::as_slice),
             hi.as_ref().map(Vec::as_slice),
@@ -159,7 +182,7 @@ mod tests {
         let mut got = Vec::new();
         for i in 0.. {
             let rev = i % 3 == 1;
-            match p.step(rev, |lo, hi, r| Ok(page(&all, lo, hi, r))) {
+            match p.step(rev, |lo, hi, r, n| Ok(page(&all, lo, hi, r, n))) {
                 Some(Ok((k, _))) => got.push(k[0]),
                 Some(Err(e)) => panic!("{e}"),
                 None => break,
@@ -168,13 +191,36 @@ mod tests {
         got.sort();
         assert_eq!(got, [2, 3, 4, 5, 6]);
         let mut p = Paged::new(Unbounded, Unbounded);
-        let failed = p.step(false, |_, _, _| {
+        let failed = p.step(false, |_, _, _, _| {
             Err(crate::error::Error::InvalidOptions("test".into()))
         });
         assert!(matches!(failed, Some(Err(_))));
         assert!(p
-            .step(false, |lo, hi, r| Ok(page(&all, lo, hi, r)))
+            .step(false, |lo, hi, r, n| Ok(page(&all, lo, hi, r, n)))
             .is_none());
+    }
+
+    #[test]
+    fn pages_from_each_end_double_up_to_the_most() {
+        let all: Vec<u8> = (0..=255).collect();
+        let mut p = Paged::new(Unbounded, Unbounded);
+        let mut asked = [Vec::new(), Vec::new()];
+        for i in 0..40 {
+            let rev = i % 2 == 1;
+            // Each fetch returns one entry, so every step fetches.
+            p.step(rev, |lo, hi, r, n| {
+                asked[r as usize].push(n);
+                let mut one = page(&all, lo, hi, r, n);
+                one.truncate(1);
+                Ok(one)
+            });
+        }
+        let want: Vec<usize> = (0..20)
+            .map(|i| (FIRST_PAGE << i.min(8)).min(MAX_PAGE))
+            .collect();
+        assert_eq!(asked[0], want);
+        assert_eq!(asked[1], want);
+        assert_eq!(*asked[0].last().unwrap(), MAX_PAGE);
     }
 
     #[test]
