@@ -663,15 +663,7 @@ impl RawSegment {
         }
         if self.ranges > 0 {
             let mut r = Reader::new(&self.bytes[self.ranges_at as usize..]);
-            for _ in 0..self.ranges {
-                let m = Msg::decode(&mut r, enc)?;
-                if !m.is_range() {
-                    return Err("a point message among the range deletes".into());
-                }
-                if m.covers(key) {
-                    found.push(m);
-                }
-            }
+            covering(&mut r, self.ranges as usize, key, enc, &mut found)?;
         }
         Ok(found)
     }
@@ -696,8 +688,20 @@ fn walk_encoded(p: &[u8], key: &[u8], enc: Encoding) -> Result<Vec<Msg>, String>
             _ => skip_body(&mut r, tag, enc)?,
         }
     }
-    for _ in 0..nr {
-        let m = Msg::decode(&mut r, enc)?;
+    covering(&mut r, nr, key, enc, &mut found)?;
+    Ok(found)
+}
+
+/// Of the `n` range deletes at `r`, add those covering `key` to `found`.
+fn covering(
+    r: &mut Reader<'_>,
+    n: usize,
+    key: &[u8],
+    enc: Encoding,
+    found: &mut Vec<Msg>,
+) -> Result<(), String> {
+    for _ in 0..n {
+        let m = Msg::decode(r, enc)?;
         if !m.is_range() {
             return Err("a point message among the range deletes".into());
         }
@@ -705,7 +709,7 @@ fn walk_encoded(p: &[u8], key: &[u8], enc: Encoding) -> Result<Vec<Msg>, String>
             found.push(m);
         }
     }
-    Ok(found)
+    Ok(())
 }
 
 #[cfg(test)]
