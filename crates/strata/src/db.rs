@@ -94,13 +94,10 @@ fn open_engine(
                         opts.checkpoint_wal_bytes,
                     )?,
                 };
-                Ok(Box::new(BeTree::create(
-                    pager,
-                    geo,
-                    origin,
-                    opts.cache_bytes,
-                    merge,
-                )?))
+                Ok(Box::new(
+                    BeTree::create(pager, geo, origin, opts.cache_bytes, merge)?
+                        .background(opts.background_merges),
+                ))
             }
             EngineOptions::BTree { node_size } => Ok(Box::new(BTree::create(
                 pager,
@@ -118,13 +115,10 @@ fn open_engine(
                     fanout,
                     basement,
                 };
-                Ok(Box::new(BeTree::create(
-                    pager,
-                    geo,
-                    Origin::Explicit,
-                    opts.cache_bytes,
-                    merge,
-                )?))
+                Ok(Box::new(
+                    BeTree::create(pager, geo, Origin::Explicit, opts.cache_bytes, merge)?
+                        .background(opts.background_merges),
+                ))
             }
             EngineOptions::Lsm(cfg) => Ok(Box::new(
                 Lsm::create(pager, cfg, opts.cache_bytes, merge)?
@@ -135,9 +129,10 @@ fn open_engine(
             Some(&btree::ENGINE_TAG) => {
                 Ok(Box::new(BTree::open(pager, cp, opts.cache_bytes, merge)?))
             }
-            Some(&betree::ENGINE_TAG) => {
-                Ok(Box::new(BeTree::open(pager, cp, opts.cache_bytes, merge)?))
-            }
+            Some(&betree::ENGINE_TAG) => Ok(Box::new(
+                BeTree::open(pager, cp, opts.cache_bytes, merge)?
+                    .background(opts.background_merges),
+            )),
             Some(&lsm::ENGINE_TAG) => Ok(Box::new(
                 Lsm::open(pager, cp, opts.cache_bytes, merge)?.background(opts.background_merges),
             )),

@@ -68,9 +68,9 @@ pub struct Options {
     pub merge_operator: Option<Arc<dyn MergeOperator>>,
     /// Records the database is expected to hold, for `EngineOptions::Auto`'s tuning.
     pub expected_keys: u64,
-    /// Run the LSM-tree's merges on a thread of their own while writes go on (the default), or
-    /// inline on the writer between operations: one core, and the same merges at the same
-    /// points on every run (what tests that compare with the model want).
+    /// Run the LSM-tree's merges and the Bε-tree's leaf drains on a thread of their own while
+    /// writes go on (the default), or inline on the writer: one core, and the same merges and
+    /// drains at the same points on every run (what tests that compare with the model want).
     pub background_merges: bool,
 }
 

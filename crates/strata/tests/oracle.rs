@@ -361,6 +361,8 @@ struct Seen {
     evictions: Cell<u64>,
     /// Most merges of a Bε-tree leaf's small runs seen within one opening.
     run_merges: Cell<u64>,
+    /// Most Bε-tree drains run on the drain thread and installed within one opening.
+    drains_offloaded: Cell<u64>,
 }
 
 fn bump(c: &Cell<u64>) {
@@ -424,6 +426,11 @@ impl<'a> Run<'a> {
             .set(s.evictions.get().max(m.engine.cache.evictions));
         s.run_merges
             .set(s.run_merges.get().max(m.engine.detail("run_merges")));
+        s.drains_offloaded.set(
+            s.drains_offloaded
+                .get()
+                .max(m.engine.detail("drains_offloaded")),
+        );
     }
 
     /// Right after a checkpoint every byte of the data file is accounted for: the superblocks,
@@ -982,6 +989,11 @@ fn model_long(name: &str, opts: Options, sim: bool, durability: Durability, seed
         // of runs fills before their bytes, and full counts are merged.
         if fanout > 16 && opts.cache_bytes < 4 * node_size {
             assert!(seen.run_merges.get() > 0, "{seen:?}");
+        }
+        // Flushes of a quarter of a node or more into leaves the cache cannot keep: runs fill
+        // their byte budget and drain, on the drain thread (`betree::drainer`).
+        if fanout <= 16 && opts.cache_bytes < 16 * node_size {
+            assert!(seen.drains_offloaded.get() > 0, "{seen:?}");
         }
     }
     if node_size <= 4096 {

@@ -18,7 +18,12 @@ pub trait MergeOperator: Send + Sync + Debug {
 
 /// The operator an upsert needs, or the error that says how to provide one.
 pub fn merge_operator(op: &Option<Arc<dyn MergeOperator>>) -> Result<&dyn MergeOperator> {
-    op.as_deref().ok_or_else(|| {
+    require_merge(op.as_deref())
+}
+
+/// As `merge_operator`, for a borrowed operator.
+pub fn require_merge(op: Option<&dyn MergeOperator>) -> Result<&dyn MergeOperator> {
+    op.ok_or_else(|| {
         Error::InvalidOptions(
             "an upsert needs a merge operator: set Options::merge_operator".into(),
         )

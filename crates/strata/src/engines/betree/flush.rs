@@ -44,16 +44,28 @@ impl BeTree {
     /// costs no IO.
     pub(super) fn flush(&mut self, parent: &Pin<Block>, j: usize, depth: u32) -> Result<()> {
         let child_id = internal(&parent.read()).children[j];
+        let (sizes, incoming) = {
+            let g = parent.read();
+            let n = internal(&g);
+            let sizes: Vec<u32> = n.runs[j].iter().map(|r| r.bytes).collect();
+            (sizes, n.segs[j].bytes)
+        };
+        if self.draining(child_id) {
+            // Its leaf changes only by the drain's install (`drainer`).
+            if drainer::held_room(&sizes, incoming, self.geo.node_size) {
+                return self.spill(parent, j);
+            }
+            return self.await_drain(parent, j);
+        }
         if depth + 1 == self.height && !self.fully_resident(child_id)? {
-            let plan = {
-                let g = parent.read();
-                let n = internal(&g);
-                let sizes: Vec<u32> = n.runs[j].iter().map(|r| r.bytes).collect();
-                policy::plan(&sizes, n.segs[j].bytes, self.geo.node_size)
-            };
-            match plan {
+            match policy::plan(&sizes, incoming, self.geo.node_size) {
                 policy::Flush::Spill => return self.spill(parent, j),
                 policy::Flush::Merge(from) => return self.merge_runs(parent, j, from),
+                // The slow drains: a leaf read and rewritten with up to three node sizes of
+                // messages. A resident leaf's drain is one flush's worth, inline.
+                policy::Flush::Drain if self.can_offload() => {
+                    return self.offload(parent, j, depth)
+                }
                 policy::Flush::Drain => {}
             }
         }
@@ -198,6 +210,9 @@ impl BeTree {
         child: Pin<Block>,
         depth: u32,
     ) -> Result<()> {
+        if child.read().is_leaf() {
+            self.drains.inline += 1;
+        }
         let mut msgs = self.take_runs(parent, j)?;
         let seg = {
             let mut g = parent.write();

@@ -68,6 +68,9 @@ impl BeTree {
             runs,
             run_merges: 0,
             scratch: Scratch::default(),
+            background: true,
+            drainer: None,
+            drains: Default::default(),
         })
     }
 

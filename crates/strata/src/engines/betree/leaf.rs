@@ -1,6 +1,11 @@
 //! Applying messages to a leaf: messages reach a leaf's basements (in place for a few, by
 //! rebuilding the basement for many), each key's messages are settled against its entry in
 //! sequence order, and basements are re-cut to their target size.
+//!
+//! The work is a function of the leaf and the messages (`Settle`), apart from the tree: what it
+//! changes outside the leaf (the live counts, the blobs it replaced) is handed back in
+//! `Settled` for the tree to take in. So a drain can run it on a thread of its own
+//! (`drainer`); only upserts need the tree's pager (their blobs), and those drain inline.
 
 use super::*;
 
@@ -123,22 +128,63 @@ pub(super) fn merge_small_basements(l: &mut Leaf, target: usize) {
     }
 }
 
-impl BeTree {
-    /// Apply messages (in an order `route` accepts) to a resident leaf. Only the basements the
+/// What applying messages to a leaf changed outside it, for the tree to take in.
+#[derive(Debug, Default)]
+pub(super) struct Settled {
+    pub live_keys: i64,
+    pub live_bytes: i64,
+    /// Values the messages replaced: blobs among them go back to the pager.
+    pub freed: Vec<Val>,
+    /// Blobs written for upserts' results.
+    pub blobs_made: u64,
+}
+
+impl Settled {
+    /// Take in what a later application changed.
+    pub(super) fn absorb(&mut self, o: Settled) {
+        self.live_keys += o.live_keys;
+        self.live_bytes += o.live_bytes;
+        self.freed.extend(o.freed);
+        self.blobs_made += o.blobs_made;
+    }
+}
+
+/// Applying messages to a leaf, apart from the tree.
+pub(super) struct Settle<'a> {
+    /// The basement size pieces are cut to.
+    basement: usize,
+    inline_max: usize,
+    merge: Option<&'a dyn MergeOperator>,
+    /// Where upserts read and write blobs: the tree's pager. None on a drain's thread, which
+    /// is given no upserts.
+    pager: Option<&'a mut Pager>,
+    pub out: Settled,
+}
+
+impl<'a> Settle<'a> {
+    pub(super) fn new(
+        geo: Geometry,
+        merge: Option<&'a dyn MergeOperator>,
+        pager: Option<&'a mut Pager>,
+    ) -> Settle<'a> {
+        Settle {
+            basement: geo.basement,
+            inline_max: geo.inline_max(),
+            merge,
+            pager,
+            out: Settled::default(),
+        }
+    }
+
+    /// Apply messages (in an order `route` accepts) to a whole leaf. Only the basements the
     /// messages fall in are rebuilt (and re-cut to the basement size); the others are kept as
     /// they are.
-    pub(super) fn apply_to_leaf(&mut self, pin: &Pin<Block>, msgs: Vec<Msg>) -> Result<()> {
+    pub(super) fn apply(&mut self, leaf: &mut Leaf, msgs: Vec<Msg>) -> Result<()> {
         if !msgs.is_empty() && !msgs.iter().any(|m| matches!(m.body, Body::DeleteRange(_))) {
-            return self.apply_points_to_leaf(pin, msgs);
+            return self.apply_points(leaf, msgs);
         }
-        let (old_bases, old_pivots) = {
-            let mut g = pin.write();
-            let l = leaf_mut(&mut g);
-            (
-                std::mem::take(&mut l.bases),
-                std::mem::take(&mut l.pivots).into_vec(),
-            )
-        };
+        let old_bases = std::mem::take(&mut leaf.bases);
+        let old_pivots = std::mem::take(&mut leaf.pivots).into_vec();
         let (ranges, mut points): (Vec<Msg>, Vec<Msg>) = msgs
             .into_iter()
             .partition(|m| matches!(m.body, Body::DeleteRange(_)));
@@ -183,44 +229,33 @@ impl BeTree {
         if out.bases.is_empty() {
             out.bases.push(Part::new(Basement::default(), 0, 4));
         }
-        merge_small_basements(&mut out, self.geo.basement);
-        *leaf_mut(&mut pin.write()) = out;
-        self.store.mark_dirty(pin);
+        merge_small_basements(&mut out, self.basement);
+        *leaf = out;
         Ok(())
     }
 
     /// Point messages only: rebuild just the basements they land in and splice the pieces in
     /// place, so that applying a few messages to a leaf of many basements (a root that is still
     /// a leaf takes every write this way) costs O(touched), not O(basements).
-    pub(super) fn apply_points_to_leaf(
-        &mut self,
-        pin: &Pin<Block>,
-        mut msgs: Vec<Msg>,
-    ) -> Result<()> {
+    fn apply_points(&mut self, l: &mut Leaf, mut msgs: Vec<Msg>) -> Result<()> {
         msgs.sort_by(|a, b| (&a.key, a.seq).cmp(&(&b.key, b.seq)));
         // (basement index, its run, the basement taken out), in ascending index order.
         let mut touched: Vec<(usize, Vec<Msg>, Part<Basement>)> = Vec::new();
-        {
-            let mut g = pin.write();
-            let l = leaf_mut(&mut g);
-            for m in msgs {
-                let b = l.pivots.rank(&m.key, true);
-                match touched.last_mut() {
-                    Some((i, run, _)) if *i == b => run.push(m),
-                    _ => touched.push((b, vec![m], Part::new(Basement::default(), 0, 4))),
-                }
+        for m in msgs {
+            let b = l.pivots.rank(&m.key, true);
+            match touched.last_mut() {
+                Some((i, run, _)) if *i == b => run.push(m),
+                _ => touched.push((b, vec![m], Part::new(Basement::default(), 0, 4))),
             }
-            for (i, _, base) in &mut touched {
-                std::mem::swap(base, &mut l.bases[*i]);
-            }
+        }
+        for (i, _, base) in &mut touched {
+            std::mem::swap(base, &mut l.bases[*i]);
         }
         let mut rebuilt = Vec::with_capacity(touched.len());
         for (i, run, base) in touched {
             rebuilt.push((i, self.basement_pieces(base, run, &[])?));
         }
         {
-            let mut g = pin.write();
-            let l = leaf_mut(&mut g);
             // From the right, so that splicing never moves an index still to be visited.
             for (i, pieces) in rebuilt.into_iter().rev() {
                 let mut kept = pieces.into_iter().filter(|(_, p)| p.count > 0);
@@ -242,9 +277,8 @@ impl BeTree {
                     None => l.bases[i] = Part::new(Basement::default(), 0, 4),
                 }
             }
-            merge_small_basements(l, self.geo.basement);
+            merge_small_basements(l, self.basement);
         }
-        self.store.mark_dirty(pin);
         Ok(())
     }
 
@@ -252,7 +286,7 @@ impl BeTree {
     /// deletes that reach it (`hit`), cut into pieces of the basement size; the first piece has
     /// no separator, each later one the separator from its predecessor. One piece with no
     /// entries means the basement emptied.
-    pub(super) fn basement_pieces(
+    fn basement_pieces(
         &mut self,
         base: Part<Basement>,
         run: Vec<Msg>,
@@ -297,14 +331,14 @@ impl BeTree {
         } else {
             let b = base.data.expect("dirty nodes are resident");
             let merged = self.apply_to_basement(b, run, hit)?;
-            cut(merged, self.geo.basement, Fill::Even)
+            cut(merged, self.basement, Fill::Even)
         })
     }
 
     /// A basement as one piece, or cut into several when it outgrew its size.
-    pub(super) fn recut(&self, b: Basement, fill: Fill) -> Vec<CutPiece> {
-        if b.encoded_len() > self.geo.basement {
-            cut(b, self.geo.basement, fill)
+    fn recut(&self, b: Basement, fill: Fill) -> Vec<CutPiece> {
+        if b.encoded_len() > self.basement {
+            cut(b, self.basement, fill)
         } else {
             let (count, bytes) = (b.len() as u32, b.encoded_len());
             vec![(None, Part::new(b, count, bytes))]
@@ -313,7 +347,7 @@ impl BeTree {
 
     /// One basement's entries after its point messages (sorted by key, then seq) and the range
     /// deletes that reach it.
-    pub(super) fn apply_to_basement(
+    fn apply_to_basement(
         &mut self,
         b: Basement,
         run: Vec<Msg>,
@@ -381,7 +415,7 @@ impl BeTree {
     /// One key's new leaf value: `base` with point `events` and range deletes at `covering`
     /// sequence numbers applied in order. Frees what it replaces and keeps the live counts.
     /// The base is borrowed from its basement and copied only if it survives.
-    pub(super) fn settle_key(
+    fn settle_key(
         &mut self,
         key: &[u8],
         base: Option<ValRef>,
@@ -389,8 +423,8 @@ impl BeTree {
         covering: Vec<u64>,
     ) -> Result<Option<Val>> {
         if let Some(v) = base {
-            self.live_keys -= 1;
-            self.live_bytes -= (key.len() + v.logical_len()) as u64;
+            self.out.live_keys -= 1;
+            self.out.live_bytes -= (key.len() + v.logical_len()) as i64;
         }
         let mut cur = Current { base, new: None };
         if covering.is_empty() {
@@ -413,39 +447,81 @@ impl BeTree {
             None => cur.base.map(ValRef::to_val),
         };
         if let Some(v) = &out {
-            self.live_keys += 1;
-            self.live_bytes += (key.len() + v.logical_len()) as u64;
+            self.out.live_keys += 1;
+            self.out.live_bytes += (key.len() + v.logical_len()) as i64;
         }
         Ok(out)
     }
 
     /// One message body applied to a key's current value.
-    pub(super) fn apply_body(&mut self, key: &[u8], cur: &mut Current, body: Body) -> Result<()> {
+    fn apply_body(&mut self, key: &[u8], cur: &mut Current, body: Body) -> Result<()> {
         let next = match body {
             Body::Put(v) => Some(v),
             Body::Delete | Body::DeleteRange(_) => None,
             Body::Upsert(op) => {
                 let old = match (&cur.new, cur.base) {
-                    (Some(v), _) => v.as_ref().map(|v| self.read_val(v)).transpose()?,
-                    (None, b) => b.map(|b| self.read_ref(b)).transpose()?,
+                    (Some(v), _) => v.clone(),
+                    (None, b) => b.map(ValRef::to_val),
                 };
-                let new = self.merge_op()?.merge(key, old.as_deref(), &op);
+                let old = match old {
+                    Some(Val::Inline(b)) => Some(b),
+                    Some(blob) => Some(read_value(self.pager(), &blob)?),
+                    None => None,
+                };
+                let new = require_merge(self.merge)?.merge(key, old.as_deref(), &op);
                 new.map(|b| self.make_val(b)).transpose()?
             }
         };
         // What the key held until now is replaced: free it (a blob's block goes back).
         match cur.new.replace(next) {
-            Some(old) => {
-                if let Some(v) = old {
-                    self.free_val(v);
-                }
-            }
+            Some(old) => self.out.freed.extend(old),
             None => {
                 if let Some(ValRef::Blob { id, len }) = cur.base.take() {
-                    self.free_val(Val::Blob { id, len });
+                    self.out.freed.push(Val::Blob { id, len });
                 }
             }
         }
         Ok(())
+    }
+
+    fn pager(&mut self) -> &mut Pager {
+        self.pager
+            .as_deref_mut()
+            .expect("upserts are applied on the writer, with the tree's pager (drainer::offload)")
+    }
+
+    /// An upsert's result, inline or in a new blob.
+    fn make_val(&mut self, bytes: Vec<u8>) -> Result<Val> {
+        if bytes.len() <= self.inline_max {
+            return Ok(Val::Inline(bytes));
+        }
+        let val = write_blob(self.pager(), &bytes)?;
+        self.out.blobs_made += 1;
+        Ok(val)
+    }
+}
+
+impl BeTree {
+    /// Apply messages to a resident leaf, here on the writer, and take in what that changed.
+    pub(super) fn apply_to_leaf(&mut self, pin: &Pin<Block>, msgs: Vec<Msg>) -> Result<()> {
+        let mut leaf = std::mem::take(leaf_mut(&mut pin.write()));
+        let merge = self.merge.clone();
+        let mut s = Settle::new(self.geo, merge.as_deref(), Some(self.store.pager_mut()));
+        let done = s.apply(&mut leaf, msgs);
+        let settled = s.out;
+        *leaf_mut(&mut pin.write()) = leaf;
+        self.store.mark_dirty(pin);
+        self.take_in(settled);
+        done
+    }
+
+    /// What a leaf's messages changed outside it.
+    pub(super) fn take_in(&mut self, s: Settled) {
+        self.live_keys = self.live_keys.wrapping_add_signed(s.live_keys);
+        self.live_bytes = self.live_bytes.wrapping_add_signed(s.live_bytes);
+        self.blobs += s.blobs_made;
+        for v in s.freed {
+            self.free_val(v);
+        }
     }
 }

@@ -19,13 +19,14 @@
 //!
 //! Files, one concern each: `config` (geometry), `format` (metadata in the superblock),
 //! `basement` (a leaf's entries), `node` (nodes and runs on disk), `write` (injecting at the
-//! root), `flush` (the flusher) with `policy` (the run budget), `leaf` (applying messages to
-//! leaves), `shape` (splits and merges), `read` (descent and resolution), `check` and
+//! root), `flush` (the flusher) with `policy` (the run budget) and `drainer` (drains on a
+//! thread of their own), `leaf` (applying messages to leaves), `shape` (splits and merges), `read` (descent and resolution), `check` and
 //! `salvage`. Messages and segments are `kv::msg`, shared with the LSM-tree.
 
 pub(crate) mod basement;
 mod check;
 mod config;
+mod drainer;
 mod dump;
 mod flush;
 mod format;
@@ -57,8 +58,8 @@ use crate::engine::salvage::{Damage, Effect, Sink};
 use crate::engine::{apply_each, CheckReport, Engine, EngineStats, MAX_HEIGHT};
 use crate::error::{Error, Result};
 use crate::kv::{
-    free_blob, head, merge_operator, next_cursor, read_value, shortest_separator, within,
-    write_blob, Filter, Keys, MergeOperator, Op, Val,
+    free_blob, head, merge_operator, next_cursor, read_value, require_merge, shortest_separator,
+    within, write_blob, Filter, Keys, MergeOperator, Op, Val,
 };
 use crate::storage::{Checkpoint, Commit, Device, NodeId, NodeStore, Pager, Pin};
 
@@ -85,6 +86,11 @@ pub struct BeTree {
     /// Merges of a leaf's small runs into one since the engine was opened (`policy::Flush`).
     run_merges: u64,
     scratch: Scratch,
+    /// Drains run on a thread of their own (`drainer`), else inline on the writer.
+    background: bool,
+    /// The thread drains run on, started by the first.
+    drainer: Option<drainer::Drainer>,
+    drains: drainer::DrainStats,
 }
 
 fn internal(n: &Block) -> &Internal {
@@ -145,6 +151,9 @@ impl BeTree {
             runs: 0,
             run_merges: 0,
             scratch: Scratch::default(),
+            background: true,
+            drainer: None,
+            drains: Default::default(),
         };
         t.checkpoint(0)?;
         Ok(t)
@@ -152,6 +161,13 @@ impl BeTree {
 
     pub fn geometry(&self) -> Geometry {
         self.geo
+    }
+
+    /// Run leaf drains on a thread of their own (the default) or inline on the writer
+    /// (`Options::background_merges`).
+    pub fn background(mut self, on: bool) -> BeTree {
+        self.background = on;
+        self
     }
 
     // ---- partitions and values -------------------------------------------------------------
@@ -345,6 +361,8 @@ impl Engine for BeTree {
                 _ => None,
             }
         }
+        // Drains are installed by writes, whose failures poison the database, not by reads.
+        self.reap(false)?;
         let merge = ops.len() > 1
             && ops.iter().all(|op| key(op).is_some())
             && !ops.windows(2).all(|w| key(&w[0]) < key(&w[1]));
@@ -485,8 +503,24 @@ impl Engine for BeTree {
         self.store.pager_mut().finish_commit(c)
     }
 
+    fn checkpoint(&mut self, wal_seq: u64) -> Result<()> {
+        // A checkpoint asked for covers the running drain.
+        self.reap(true)?;
+        let mut c = self.begin_checkpoint(wal_seq)?;
+        c.make_durable()?;
+        self.finish_checkpoint(c)
+    }
+
     fn settle(&mut self) -> Result<()> {
-        self.store.evict_to_budget()
+        self.store.evict_to_budget()?;
+        let c = self.store.stats();
+        if c.resident_bytes > c.budget_bytes && self.drains_queued() {
+            // The leaves pinned for running drains hold the cache over its budget (a cache of a
+            // few nodes): let them go.
+            self.unpin_drains();
+            self.store.evict_to_budget()?;
+        }
+        Ok(())
     }
 
     fn relocate_tail(&mut self) -> Result<u64> {
@@ -518,6 +552,11 @@ impl Engine for BeTree {
                 ("buffered_messages", self.buffered),
                 ("runs", self.runs),
                 ("run_merges", self.run_merges),
+                ("drains_offloaded", self.drains.offloaded),
+                ("drains_inline", self.drains.inline),
+                ("drains_dropped", self.drains.dropped),
+                ("drain_stalls", self.drains.stalls),
+                ("drain_stall_ms", self.drains.stall_us / 1000),
             ],
             ..EngineStats::substrate(&self.store)
         }

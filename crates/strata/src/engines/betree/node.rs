@@ -194,7 +194,7 @@ pub struct Internal {
     pub enc: Encoding,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Leaf {
     pub pivots: Keys,
     pub bases: Vec<Part<Basement>>,

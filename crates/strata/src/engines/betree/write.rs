@@ -138,6 +138,7 @@ impl BeTree {
 
     /// Send one message into the tree.
     pub(super) fn inject(&mut self, body: Body, key: &[u8]) -> Result<()> {
+        self.reap(false)?;
         let m = Msg {
             key: key.to_vec(),
             seq: self.next_seq,
