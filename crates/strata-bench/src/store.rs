@@ -291,7 +291,8 @@ impl Subject for Strata {
         let geometry = match self.kind {
             Kind::BeTree => match auto() {
                 Ok((g, origin)) => format!(
-                    "Bε-tree, {} KiB nodes, fanout {}, {} KiB basements ({})",
+                    "Bε-tree, {} KiB nodes, fanout {}, {} KiB basements ({}); drains of leaves \
+                     out of the cache on a thread of their own",
                     g.node_size >> 10,
                     g.fanout,
                     g.basement >> 10,

@@ -66,7 +66,13 @@ pub fn available_engines(with_go: bool) -> (Vec<String>, Vec<String>) {
         .chain(strata_compare::peers().iter())
         .map(|e| e.name().to_string())
         .collect();
-    let mut notes = Vec::new();
+    // A departure every engine shares: the allocator of the process it runs in (`main.rs`).
+    let mut notes = vec![
+        "allocator: each engine runs in a `strata` process of its own, whose Rust allocations \
+         (strata's engines, fjall, redb) go to mimalloc; RocksDB's C++ and LMDB's C allocate \
+         through the C library's malloc, Pebble and bbolt through Go's runtime"
+            .to_string(),
+    ];
     if !names.iter().any(|n| n == "rocksdb") {
         notes.push(
             "RocksDB not built (build with `--features rocksdb`; its C++ takes ~17 minutes)".into(),

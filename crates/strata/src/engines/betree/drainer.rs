@@ -42,7 +42,7 @@ use super::*;
 
 /// Drains handed to the thread and not yet installed, at most: each holds its messages and,
 /// once done, its new leaf, outside the cache's budget.
-pub(super) const MAX_QUEUED: usize = 2;
+pub(super) const MAX_QUEUED: usize = 4;
 
 /// The thread and the drains handed to it.
 pub(super) struct Drainer {
