@@ -39,6 +39,7 @@ use std::time::Instant;
 
 use super::leaf::{Settle, Settled};
 use super::*;
+use crate::storage::alloc::Extent;
 
 /// Drains handed to the thread and not yet installed, at most: each holds its messages and,
 /// once done, its new leaf, outside the cache's budget.
@@ -72,34 +73,92 @@ struct Job {
     pin: Option<Pin<Block>>,
 }
 
-/// A drain for the thread: the leaf's clone and its runs' messages.
+/// A drain for the thread: the leaf's clone and its runs, oldest first.
 struct Task {
     child: NodeId,
     leaf: Leaf,
-    msgs: Vec<Msg>,
+    runs: Vec<RunSrc>,
 }
 
-/// A drain's result: the new leaf and what it changed outside it.
+/// A run as the thread gets it.
+enum RunSrc {
+    /// A run the cache holds whole: its messages, copied by the writer.
+    Copied(Vec<Msg>),
+    /// A run the cache does not hold whole: its block is on the device (eviction and
+    /// shedding write a block before they let it go), read and checked by the thread.
+    OnDevice { id: NodeId, ext: Extent },
+}
+
+/// What the thread made of a drain.
+enum Outcome {
+    /// The new leaf and what it changed outside it.
+    Applied(Leaf, Settled),
+    /// A run read on the thread holds an upsert, whose merge may read and write blobs
+    /// through the pager: the writer drains the leaf itself at install.
+    Upserts,
+}
+
+/// A drain's result.
 struct Done {
     child: NodeId,
-    out: Result<(Leaf, Settled)>,
+    out: Result<Outcome>,
+}
+
+/// A run's messages, oldest first, from its block at `ext`: the block's header (owner and
+/// checksum) and every chunk's checksum checked.
+fn read_run(dev: &dyn Device, id: NodeId, ext: Extent) -> Result<Vec<Msg>> {
+    let file = dev.name();
+    let mut whole = vec![0u8; ext.len as usize];
+    dev.read_at(&mut whole, ext.offset)?;
+    let (k, head) = crate::storage::block::open(&whole, id, file, ext.offset)?;
+    let mut node = Block::decode_head(k, head)
+        .map_err(|what| Error::corruption(file, ext.offset, format!("node {id}: {what}")))?;
+    node.install_all(file, ext.offset, id, &whole, true)?;
+    let Block::Run(run) = node else {
+        return Err(Error::corruption(
+            file,
+            ext.offset,
+            format!("node {id} is listed as a run but is not one"),
+        ));
+    };
+    let mut msgs: Vec<Msg> = Vec::new();
+    for c in run.chunks {
+        let seg = c.data.expect("installed above");
+        msgs.extend(seg.into_by_seq());
+    }
+    msgs.sort_by_key(|m| m.seq);
+    Ok(msgs)
+}
+
+/// The thread's work on one drain.
+fn work(geo: Geometry, dev: &dyn Device, mut leaf: Leaf, runs: Vec<RunSrc>) -> Result<Outcome> {
+    let mut msgs = Vec::new();
+    for r in runs {
+        match r {
+            RunSrc::Copied(m) => msgs.extend(m),
+            RunSrc::OnDevice { id, ext } => {
+                let m = read_run(dev, id, ext)?;
+                if m.iter().any(|m| matches!(m.body, Body::Upsert(_))) {
+                    return Ok(Outcome::Upserts);
+                }
+                msgs.extend(m);
+            }
+        }
+    }
+    let mut s = Settle::new(geo, None, None);
+    s.apply(&mut leaf, msgs)?;
+    Ok(Outcome::Applied(leaf, s.out))
 }
 
 impl Drainer {
-    fn start(geo: Geometry) -> Result<Drainer> {
+    fn start(geo: Geometry, dev: Arc<dyn Device>) -> Result<Drainer> {
         let (to, tasks) = channel::<Task>();
         let (done, from) = channel::<Done>();
         let thread = std::thread::Builder::new()
             .name("strata-betree-drain".into())
             .spawn(move || {
-                for Task {
-                    child,
-                    mut leaf,
-                    msgs,
-                } in tasks
-                {
-                    let mut s = Settle::new(geo, None, None);
-                    let out = s.apply(&mut leaf, msgs).map(|()| (leaf, s.out));
+                for Task { child, leaf, runs } in tasks {
+                    let out = work(geo, &*dev, leaf, runs);
                     if done.send(Done { child, out }).is_err() {
                         return;
                     }
@@ -149,6 +208,10 @@ pub(super) struct DrainStats {
     pub inline: u64,
     /// Drains run on the thread and dropped: the leaf or its runs changed meanwhile.
     pub dropped: u64,
+    /// Runs the thread read from the device (the cache did not hold them whole).
+    pub runs_read: u64,
+    /// Drains the thread handed back to the writer: a run it read held an upsert.
+    pub upserts: u64,
     /// Flushes that waited for the running drain, and how long in all.
     pub stalls: u64,
     pub stall_us: u64,
@@ -210,23 +273,38 @@ impl BeTree {
             Block::Leaf(l) => l.clone(),
             _ => return Err(self.corrupt(child_id, "a leaf was expected below".into())),
         };
-        let mut msgs = Vec::new();
+        // Runs the cache holds whole are copied here; the others the thread reads.
+        let mut runs = Vec::with_capacity(ids.len());
         for &id in &ids {
-            msgs.extend(self.load_run(id)?);
+            if self.fully_resident(id)? {
+                let msgs = self.load_run(id)?;
+                if msgs.iter().any(|m| matches!(m.body, Body::Upsert(_))) {
+                    // An upsert may read and write blobs: here, through the tree's pager.
+                    return self.drain(parent, j, child, depth);
+                }
+                runs.push(RunSrc::Copied(msgs));
+            } else {
+                let ext = self.store.pager().extent(id).ok_or_else(|| {
+                    self.corrupt(id, format!("run {id} is not in the pager's table"))
+                })?;
+                runs.push(RunSrc::OnDevice { id, ext });
+                self.drains.runs_read += 1;
+            }
         }
-        if msgs.iter().any(|m| matches!(m.body, Body::Upsert(_))) {
-            // An upsert may read and write blobs: here, through the tree's pager.
-            return self.drain(parent, j, child, depth);
-        }
+        // The newest run is the segment just spilled, in the cache: a key of the leaf's.
+        let key = match runs.last() {
+            Some(RunSrc::Copied(m)) if !m.is_empty() => m[0].key.clone(),
+            _ => return self.drain(parent, j, child, depth),
+        };
         if self.drainer.is_none() {
-            self.drainer = Some(Drainer::start(self.geo)?);
+            let dev = self.store.pager().device().clone();
+            self.drainer = Some(Drainer::start(self.geo, dev)?);
         }
         let d = self.drainer.as_mut().expect("started above");
-        let key = msgs.first().expect("a run holds messages").key.clone();
         let task = Task {
             child: child_id,
             leaf: was.clone(),
-            msgs,
+            runs,
         };
         if d.to.send(task).is_err() {
             let done = d.recv();
@@ -263,8 +341,8 @@ impl BeTree {
         let job = d.queued.remove(&child).expect("queued");
         self.drains.stalls += 1;
         self.drains.stall_us += start.elapsed().as_micros() as u64;
-        let (leaf, settled) = done.out?;
-        self.install(parent, j, child, job, leaf, settled)
+        let depth = self.height - 1;
+        self.install(parent, j, child, job, done.out, depth)
     }
 
     /// Between operations: install the drains that are done (with `wait`, every drain).
@@ -287,14 +365,13 @@ impl BeTree {
                 },
             };
             let job = d.queued.remove(&done.child).expect("queued");
-            let (leaf, settled) = done.out?;
-            self.install_found(done.child, job, leaf, settled)?;
+            self.install_found(done.child, job, done.out)?;
         }
     }
 
     /// Install a drain between operations: its leaf's parent found again from the root (splits
     /// may have moved it), then the path fixed as a drain's would be.
-    fn install_found(&mut self, child: NodeId, job: Job, leaf: Leaf, s: Settled) -> Result<()> {
+    fn install_found(&mut self, child: NodeId, job: Job, out: Result<Outcome>) -> Result<()> {
         if self.height < 2 {
             self.drains.dropped += 1;
             return Ok(());
@@ -311,7 +388,7 @@ impl BeTree {
                 _ => return Err(self.not_a_node(pin.id())),
             };
             if depth + 1 == self.height {
-                self.install(&pin, i, child, job, leaf, s)?;
+                self.install(&pin, i, child, job, out, depth)?;
                 self.relieve(&pin, depth)?;
                 break;
             }
@@ -328,17 +405,17 @@ impl BeTree {
         self.fix_root()
     }
 
-    /// Put a drain's result in place, child j of a resident internal node, if its leaf and runs
-    /// are as it found them; else drop it. Everything that may fail (reads) comes before the
-    /// first change, so a failure leaves the tree as it was, the drain dropped.
+    /// Put a drain's result in place, child j of a resident internal node at `depth`, if its
+    /// leaf and runs are as it found them; else drop it. Everything that may fail (reads) comes
+    /// before the first change, so a failure leaves the tree as it was, the drain dropped.
     fn install(
         &mut self,
         parent: &Pin<Block>,
         j: usize,
         child: NodeId,
         job: Job,
-        mut leaf: Leaf,
-        mut settled: Settled,
+        out: Result<Outcome>,
+        depth: u32,
     ) -> Result<()> {
         let listed = {
             let g = parent.read();
@@ -363,11 +440,20 @@ impl BeTree {
             self.drains.dropped += 1;
             return Ok(());
         }
+        // The tree still holds what the drain took, so its runs' blocks were not freed and a
+        // failed read of one is the device's or the file's: reported.
+        let (mut leaf, mut settled) = match out? {
+            Outcome::Applied(leaf, settled) => (leaf, settled),
+            Outcome::Upserts => {
+                self.drains.upserts += 1;
+                return self.drain(parent, j, pin, depth);
+            }
+        };
         self.load_all(parent)?;
         // Runs spilled while the drain ran go in too: a leaf that splits or merges must have
         // none (its pieces would not see them). Applied to the drain's leaf before it is put
-        // in place; one holding an upsert (whose merge may read and write blobs) waits for the
-        // next drain, and so does this one.
+        // in place (an upsert's blobs through the pager: one written before a failure is
+        // unreferenced, and the failed write poisons the database).
         let newer: Vec<NodeId> = internal(&parent.read()).runs[j][job.runs.len()..]
             .iter()
             .map(|r| r.id)
@@ -376,12 +462,9 @@ impl BeTree {
         for id in newer {
             msgs.extend(self.load_run(id)?);
         }
-        if msgs.iter().any(|m| matches!(m.body, Body::Upsert(_))) {
-            self.drains.dropped += 1;
-            return Ok(());
-        }
         if !msgs.is_empty() {
-            let mut s = Settle::new(self.geo, None, None);
+            let merge = self.merge.clone();
+            let mut s = Settle::new(self.geo, merge.as_deref(), Some(self.store.pager_mut()));
             s.apply(&mut leaf, msgs)?;
             settled.absorb(s.out);
         }
@@ -427,6 +510,10 @@ mod tests {
 
     impl Load {
         fn new() -> Load {
+            Load::with_merge(None)
+        }
+
+        fn with_merge(merge: Option<Arc<dyn MergeOperator>>) -> Load {
             let disk = SimDisk::new(Default::default(), 0.0);
             let pager = Pager::create(Arc::new(SimDevice::new("data", disk)));
             let geo = Geometry {
@@ -434,7 +521,7 @@ mod tests {
                 fanout: 8,
                 basement: 4096,
             };
-            let tree = BeTree::create(pager, geo, Origin::Explicit, 256 << 10, None).unwrap();
+            let tree = BeTree::create(pager, geo, Origin::Explicit, 256 << 10, merge).unwrap();
             Load {
                 tree,
                 model: BTreeMap::new(),
@@ -444,8 +531,30 @@ mod tests {
 
         /// 200 random puts in one batch.
         fn batch(&mut self) {
+            self.batch_with(0)
+        }
+
+        /// 200 operations in one batch, `upserts` of them adding 1 to counters among the keys
+        /// put before (`AddU64`).
+        fn batch_with(&mut self, upserts: usize) {
             let mut ops = Vec::new();
-            for _ in 0..200 {
+            for _ in 0..upserts {
+                self.seed ^= self.seed << 13;
+                self.seed ^= self.seed >> 7;
+                self.seed ^= self.seed << 17;
+                let at = format!("{:012x}", self.seed >> 16).into_bytes();
+                let Some(key) = self.model.range(at..).next().map(|(k, _)| k.clone()) else {
+                    continue;
+                };
+                let v = self.model.get_mut(&key).unwrap();
+                let n = u64::from_le_bytes(v[..8].try_into().unwrap()).wrapping_add(1);
+                *v = n.to_le_bytes().to_vec();
+                ops.push(Op::Upsert {
+                    key,
+                    operand: 1u64.to_le_bytes().to_vec(),
+                });
+            }
+            while ops.len() < 200 {
                 self.seed ^= self.seed << 13;
                 self.seed ^= self.seed >> 7;
                 self.seed ^= self.seed << 17;
@@ -539,7 +648,27 @@ mod tests {
         }
         let d = &l.tree.drains;
         assert!(installed_with_newer >= 3, "{installed_with_newer}, {d:?}");
-        assert!(d.offloaded >= 3, "{d:?}");
+        assert!(d.offloaded >= 3 && d.runs_read > 0, "{d:?}");
+    }
+
+    /// A run the thread reads may hold an upsert, whose merge needs the pager (blobs): the
+    /// thread hands the drain back and the writer drains the leaf itself at install.
+    #[test]
+    fn a_drain_whose_runs_hold_upserts_is_done_by_the_writer() {
+        let mut l = Load::with_merge(Some(Arc::new(crate::kv::AddU64)));
+        for _ in 0..100 {
+            l.batch();
+        }
+        for round in 0..400 {
+            l.batch_with(if round % 20 == 0 { 100 } else { 0 });
+            if l.tree.drains.upserts > 2 {
+                break;
+            }
+        }
+        l.tree.reap(true).unwrap();
+        let d = &l.tree.drains;
+        assert!(d.upserts > 0 && d.runs_read > 0, "{d:?}");
+        l.verify();
     }
 
     /// A drain whose leaf changed while it ran is dropped at install and changes nothing: its

@@ -555,6 +555,7 @@ impl Engine for BeTree {
                 ("drains_offloaded", self.drains.offloaded),
                 ("drains_inline", self.drains.inline),
                 ("drains_dropped", self.drains.dropped),
+                ("drain_runs_read", self.drains.runs_read),
                 ("drain_stalls", self.drains.stalls),
                 ("drain_stall_ms", self.drains.stall_us / 1000),
             ],

@@ -624,15 +624,26 @@ impl Block {
         whole: &[u8],
         decode: bool,
     ) -> Result<()> {
+        self.install_all(pager.file_name(), pager.offset_of(id), id, whole, decode)
+    }
+
+    /// `install_from` for a node read at `offset` of `file` by whoever holds no pager (a drain's
+    /// thread).
+    pub fn install_all(
+        &mut self,
+        file: &str,
+        offset: u64,
+        id: NodeId,
+        whole: &[u8],
+        decode: bool,
+    ) -> Result<()> {
         for i in 0..self.parts() {
             if self.loaded(i) || (!decode && self.present(i)) {
                 continue;
             }
             let loc = self.loc(i).expect("an unloaded partition is on disk");
-            let at = pager.offset_of(id) + loc.off as u64;
-            let bad = |what: String| {
-                Error::corruption(pager.file_name(), at, format!("node {id}: {what}"))
-            };
+            let at = offset + loc.off as u64;
+            let bad = |what: String| Error::corruption(file, at, format!("node {id}: {what}"));
             let end = loc.off as usize + loc.len as usize;
             let bytes = whole
                 .get(loc.off as usize..end)
