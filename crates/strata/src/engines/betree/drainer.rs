@@ -5,32 +5,39 @@
 //!
 //! - **Offload** (`offload`): the flushed segment becomes one more run, so the parent is
 //!   relieved at once and every message the drain takes is still in the tree, where queries
-//!   find it; the leaf, loaded whole, is cloned (its basements' buffers are shared, not
-//!   copied) and the runs' messages taken, oldest first. The thread applies them to the clone
-//!   (`leaf::Settle`, which needs nothing of the tree).
-//! - **One at a time.** While it runs, flushes into its leaf spill as runs up to twice the
-//!   run budget's bytes and count (`held_room`), where the writer waits for it (a stall,
-//!   counted and timed); a leaf elsewhere that must drain meanwhile drains inline, as without
-//!   the thread.
+//!   find it. The leaf, loaded whole, is cloned (its basements' buffers are shared, not
+//!   copied) and pinned in the cache. Runs the cache holds whole are copied; the others the
+//!   thread reads from the device itself and checks (block owner and checksums): a run that
+//!   left the cache was written first, and it is not freed while the drain holds it. The
+//!   thread applies the messages, oldest first, to the clone (`leaf::Settle`, which needs
+//!   nothing of the tree).
+//! - **A bounded queue** (`MAX_QUEUED`). While a leaf's drain is queued, flushes into it spill
+//!   as runs up to twice the run budget's bytes and count (`held_room`), past which the writer
+//!   waits for it (a stall, counted and timed); a leaf elsewhere that must drain when the queue
+//!   is full drains inline, as without the thread.
 //! - **Install** (`install`), by the writer: at the start of a write (`reap`: no flush is
 //!   under way; the parent is found again from the root by a key of the leaf's), or in a
 //!   stall, where the flush holds the parent; not by reads, whose failures do not poison the
-//!   database (a write's do, and the log replays). Reads that may fail come before the first
-//!   change, so a failed install leaves the tree as it was. The leaf stays pinned in the cache
-//!   until then, unless the cache is too small to hold it within its budget between
-//!   operations (`settle` unpins it; its install then finds it gone and drops the drain). The result is kept only if the parent still lists the leaf with those runs first
-//!   and the leaf holds the same basement buffers; then the runs are freed, the leaf replaced, the runs spilled meanwhile
-//!   applied to it on the writer (a leaf that splits or merges must have no runs: its pieces
-//!   would not see them), and its shape fixed, as an inline drain does. Else it is dropped and
-//!   nothing changed: the runs still hold its messages.
-//! - **Upserts** read and write blobs through the pager: a drain with one runs inline.
-//! - A checkpoint asked for (close, `Db::checkpoint`) installs the running drain first; a
+//!   database (a write's do, and the log replays). The result is kept only if the parent still
+//!   lists the leaf with those runs first and the leaf holds the same basement buffers. Then
+//!   the runs spilled meanwhile are applied to the new leaf too (a leaf that splits or merges
+//!   must have no runs: its pieces would not see them), all the runs are freed, the leaf
+//!   replaced and its shape fixed, as an inline drain does. Every read an install needs comes
+//!   before its first change, so a failed install leaves the tree as it was. A drain whose
+//!   leaf or runs changed is dropped and nothing changed: the runs still hold its messages.
+//!   The pin holds the leaf in the cache until the install, unless the cache is too small to
+//!   keep it within its budget between operations (`settle` lets it go, and the install then
+//!   drops the drain).
+//! - **Upserts** read and write blobs through the pager: a drain whose copied runs hold one
+//!   runs inline at once, and one whose runs read on the thread hold one comes back to be
+//!   drained by the writer at install.
+//! - A checkpoint asked for (close, `Db::checkpoint`) installs the queued drains first; a
 //!   drain dropped unfinished (the engine going away) loses nothing, its runs being in the
 //!   tree like any.
 //!
-//! Invariant: while a drain runs, its leaf changes only by install, and its runs are the first
-//! of the leaf's runs (flushes add newer runs after them; merges and inline drains never take
-//! them).
+//! Invariant: while a drain is queued, its leaf changes only by its install, and its runs are
+//! the first of the leaf's runs (flushes add newer runs after them; merges and inline drains
+//! never take them; a sibling's merge that takes them makes the install drop the drain).
 
 use std::collections::HashMap;
 use std::sync::mpsc::{channel, Receiver, Sender};
