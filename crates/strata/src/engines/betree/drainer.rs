@@ -113,7 +113,7 @@ struct Done {
 
 /// A run's messages, oldest first, from its block at `ext`: the block's header (owner and
 /// checksum) and every chunk's checksum checked.
-fn read_run(dev: &dyn Device, id: NodeId, ext: Extent) -> Result<Vec<Msg>> {
+pub(super) fn read_run(dev: &dyn Device, id: NodeId, ext: Extent) -> Result<Vec<Msg>> {
     let file = dev.name();
     let mut whole = vec![0u8; ext.len as usize];
     dev.read_at(&mut whole, ext.offset)?;
@@ -467,7 +467,7 @@ impl BeTree {
             .collect();
         let mut msgs = Vec::new();
         for id in newer {
-            msgs.extend(self.load_run(id)?);
+            msgs.extend(self.take_in_run(id)?);
         }
         if !msgs.is_empty() {
             let merge = self.merge.clone();

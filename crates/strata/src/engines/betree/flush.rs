@@ -125,7 +125,7 @@ impl BeTree {
             .collect();
         let mut msgs = Vec::new();
         for &id in &ids {
-            msgs.extend(self.load_run(id)?);
+            msgs.extend(self.take_in_run(id)?);
         }
         let seg = {
             let mut g = parent.write();
@@ -172,13 +172,28 @@ impl BeTree {
         self.store.mark_dirty(parent);
         let mut msgs = Vec::new();
         for r in refs {
-            let run = self.load_run(r.id)?;
+            let run = self.take_in_run(r.id)?;
             self.store.free(r.id);
             self.runs -= 1;
             self.buffered -= run.len() as u64;
             msgs.extend(run);
         }
         Ok(msgs)
+    }
+
+    /// The messages, oldest first, of a run about to be freed: copied from the cache if it holds
+    /// the run whole, else read from the device without passing through the cache (which
+    /// would decode it there, only to copy it out and drop it).
+    pub(super) fn take_in_run(&mut self, id: NodeId) -> Result<Vec<Msg>> {
+        if self.fully_resident(id)? {
+            return self.load_run(id);
+        }
+        let ext = self
+            .store
+            .pager()
+            .extent(id)
+            .ok_or_else(|| self.corrupt(id, format!("run {id} is not in the pager's table")))?;
+        drainer::read_run(&**self.store.pager().device(), id, ext)
     }
 
     /// A run's messages, oldest first (a copy: a run is never changed, and may stay cached).
