@@ -11,6 +11,10 @@
 //!   left the cache was written first, and it is not freed while the drain holds it. The
 //!   thread applies the messages, oldest first, to the clone (`leaf::Settle`, which needs
 //!   nothing of the tree).
+//! - **Within the cache's budget.** What a queued drain holds (its messages decoded, its new
+//!   leaf) is taken from the cache's budget until its install (`Job::charge`), as the
+//!   LSM-tree's memtable is; a drain that would take the queued ones past half the budget
+//!   drains inline.
 //! - **A bounded queue** (`MAX_QUEUED`). While a leaf's drain is queued, flushes into it spill
 //!   as runs up to twice the run budget's bytes and count (`held_room`), past which the writer
 //!   waits for it (a stall, counted and timed); a leaf elsewhere that must drain when the queue
@@ -48,9 +52,13 @@ use super::leaf::{Settle, Settled};
 use super::*;
 use crate::storage::alloc::Extent;
 
-/// Drains handed to the thread and not yet installed, at most: each holds its messages and,
-/// once done, its new leaf, outside the cache's budget.
+/// Drains handed to the thread and not yet installed, at most.
 pub(super) const MAX_QUEUED: usize = 4;
+
+/// The share of the cache's budget that queued drains may hold: each holds its runs' messages
+/// and, once done, its new leaf, and what they hold is taken from the cache's budget while
+/// they are queued (`Job::charge`), so that the engine's memory stays within it.
+const QUEUED_SHARE: usize = 2;
 
 /// The thread and the drains handed to it.
 pub(super) struct Drainer {
@@ -62,6 +70,10 @@ pub(super) struct Drainer {
     /// Results received while the writer could not install them (in a stall, only the
     /// awaited one is installed), installed at the next `reap`.
     ready: Vec<Done>,
+    /// The cache's budget when the thread started; the cache gets it less `charged`.
+    base: usize,
+    /// What the queued drains hold, by their charges.
+    charged: usize,
     /// Tests: `reap` without `wait` installs nothing, so that a test decides when.
     #[cfg(test)]
     hold: bool,
@@ -78,6 +90,9 @@ struct Job {
     /// The leaf, pinned so that the cache keeps it (as it was, if nothing changed it) until
     /// the install.
     pin: Option<Pin<Block>>,
+    /// The memory the drain holds until its install, taken from the cache's budget: its
+    /// messages decoded (about twice their encoding) and its new leaf (the leaf and the runs).
+    charge: usize,
 }
 
 /// A drain for the thread: the leaf's clone and its runs, oldest first.
@@ -158,7 +173,7 @@ fn work(geo: Geometry, dev: &dyn Device, mut leaf: Leaf, runs: Vec<RunSrc>) -> R
 }
 
 impl Drainer {
-    fn start(geo: Geometry, dev: Arc<dyn Device>) -> Result<Drainer> {
+    fn start(geo: Geometry, dev: Arc<dyn Device>, base: usize) -> Result<Drainer> {
         let (to, tasks) = channel::<Task>();
         let (done, from) = channel::<Done>();
         let thread = std::thread::Builder::new()
@@ -178,6 +193,8 @@ impl Drainer {
             thread: Some(thread),
             queued: HashMap::new(),
             ready: Vec::new(),
+            base,
+            charged: 0,
             #[cfg(test)]
             hold: false,
         })
@@ -303,11 +320,22 @@ impl BeTree {
             Some(RunSrc::Copied(m)) if !m.is_empty() => m[0].key.clone(),
             _ => return self.drain(parent, j, child, depth),
         };
+        let run_bytes: usize = internal(&parent.read()).runs[j]
+            .iter()
+            .map(|r| r.bytes as usize)
+            .sum();
+        let leaf_bytes: usize = was.bases.iter().map(|b| b.bytes).sum();
+        let charge = 3 * run_bytes + leaf_bytes;
         if self.drainer.is_none() {
             let dev = self.store.pager().device().clone();
-            self.drainer = Some(Drainer::start(self.geo, dev)?);
+            let base = self.store.stats().budget_bytes as usize;
+            self.drainer = Some(Drainer::start(self.geo, dev, base)?);
         }
         let d = self.drainer.as_mut().expect("started above");
+        if d.charged + charge > d.base / QUEUED_SHARE {
+            // No room in the cache's budget for another drain held aside: inline.
+            return self.drain(parent, j, child, depth);
+        }
         let task = Task {
             child: child_id,
             leaf: was.clone(),
@@ -324,8 +352,12 @@ impl BeTree {
                 key,
                 was,
                 pin: Some(child),
+                charge,
             },
         );
+        d.charged += charge;
+        let budget = d.base - d.charged;
+        self.store.set_budget(budget);
         Ok(())
     }
 
@@ -346,6 +378,9 @@ impl BeTree {
             },
         };
         let job = d.queued.remove(&child).expect("queued");
+        d.charged -= job.charge;
+        let budget = d.base - d.charged;
+        self.store.set_budget(budget);
         self.drains.stalls += 1;
         self.drains.stall_us += start.elapsed().as_micros() as u64;
         let depth = self.height - 1;
@@ -372,6 +407,9 @@ impl BeTree {
                 },
             };
             let job = d.queued.remove(&done.child).expect("queued");
+            d.charged -= job.charge;
+            let budget = d.base - d.charged;
+            self.store.set_budget(budget);
             self.install_found(done.child, job, done.out)?;
         }
     }
