@@ -312,7 +312,6 @@ impl BeTree {
                     self.corrupt(id, format!("run {id} is not in the pager's table"))
                 })?;
                 runs.push(RunSrc::OnDevice { id, ext });
-                self.drains.runs_read += 1;
             }
         }
         // The newest run is the segment just spilled, in the cache: a key of the leaf's.
@@ -336,6 +335,10 @@ impl BeTree {
             // No room in the cache's budget for another drain held aside: inline.
             return self.drain(parent, j, child, depth);
         }
+        let on_device = runs
+            .iter()
+            .filter(|r| matches!(r, RunSrc::OnDevice { .. }))
+            .count();
         let task = Task {
             child: child_id,
             leaf: was.clone(),
@@ -356,6 +359,7 @@ impl BeTree {
             },
         );
         d.charged += charge;
+        self.drains.runs_read += on_device as u64;
         let budget = d.base - d.charged;
         self.store.set_budget(budget);
         Ok(())
@@ -545,7 +549,7 @@ mod tests {
     use crate::storage::{SimDevice, SimDisk};
 
     /// A tree of 64 KiB nodes (flushes of 8 KiB, a run budget of 128 KiB) whose cache holds a
-    /// few nodes, so that leaves drain from runs, with a model of what it holds. Once a drain
+    /// few dozen nodes (room for two drains held aside, `QUEUED_SHARE`), so that leaves drain from runs, with a model of what it holds. Once a drain
     /// is with the thread, drains are installed only when the test says so (`Drainer::hold`).
     struct Load {
         tree: BeTree,
@@ -566,7 +570,7 @@ mod tests {
                 fanout: 8,
                 basement: 4096,
             };
-            let tree = BeTree::create(pager, geo, Origin::Explicit, 256 << 10, merge).unwrap();
+            let tree = BeTree::create(pager, geo, Origin::Explicit, 2 << 20, merge).unwrap();
             Load {
                 tree,
                 model: BTreeMap::new(),
