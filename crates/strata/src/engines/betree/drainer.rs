@@ -546,7 +546,6 @@ impl BeTree {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::{SimDevice, SimDisk};
 
     /// A tree of 64 KiB nodes (flushes of 8 KiB, a run budget of 128 KiB) whose cache holds a
     /// few dozen nodes (room for two drains held aside, `QUEUED_SHARE`), so that leaves drain from runs, with a model of what it holds. Once a drain
@@ -563,14 +562,7 @@ mod tests {
         }
 
         fn with_merge(merge: Option<Arc<dyn MergeOperator>>) -> Load {
-            let disk = SimDisk::new(Default::default(), 0.0);
-            let pager = Pager::create(Arc::new(SimDevice::new("data", disk)));
-            let geo = Geometry {
-                node_size: 64 << 10,
-                fanout: 8,
-                basement: 4096,
-            };
-            let tree = BeTree::create(pager, geo, Origin::Explicit, 2 << 20, merge).unwrap();
+            let tree = sim_tree(Origin::Explicit, 2 << 20, merge);
             Load {
                 tree,
                 model: BTreeMap::new(),

@@ -99,17 +99,9 @@ impl BeTree {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::{SimDevice, SimDisk};
 
     fn tree() -> BeTree {
-        let disk = SimDisk::new(Default::default(), 0.0);
-        let pager = Pager::create(Arc::new(SimDevice::new("data", disk)));
-        let geo = Geometry {
-            node_size: 64 << 10,
-            fanout: 8,
-            basement: 4096,
-        };
-        BeTree::create(pager, geo, Origin::Profile, 1 << 20, None).unwrap()
+        sim_tree(Origin::Profile, 1 << 20, None)
     }
 
     /// The metadata's bytes are a format: a change of code must not change them.

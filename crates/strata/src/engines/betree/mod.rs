@@ -114,6 +114,20 @@ fn leaf_mut(n: &mut Block) -> &mut Leaf {
     }
 }
 
+/// Tests: a tree of 64 KiB nodes, fanout 8 and 4 KiB basements on a simulated disk.
+#[cfg(test)]
+fn sim_tree(origin: Origin, cache: usize, merge: Option<Arc<dyn MergeOperator>>) -> BeTree {
+    use crate::storage::{SimDevice, SimDisk};
+    let disk = SimDisk::new(Default::default(), 0.0);
+    let pager = Pager::create(Arc::new(SimDevice::new("data", disk)));
+    let geo = Geometry {
+        node_size: 64 << 10,
+        fanout: 8,
+        basement: 4096,
+    };
+    BeTree::create(pager, geo, origin, cache, merge).unwrap()
+}
+
 fn empty_seg() -> Part<Segment> {
     Part::new(Segment::default(), 0, EMPTY_SEGMENT)
 }
