@@ -204,11 +204,31 @@ impl Drainer {
     fn recv(&mut self) -> Done {
         match self.from.recv() {
             Ok(d) => d,
-            Err(_) => match self.thread.take().map(JoinHandle::join) {
-                Some(Err(panic)) => std::panic::resume_unwind(panic),
-                _ => unreachable!("the drain thread outlives its tasks"),
-            },
+            Err(_) => self.panicked(),
         }
+    }
+
+    /// Hand `task` to the thread; a thread that stopped taking them panicked.
+    fn send(&mut self, task: Task) {
+        if self.to.send(task).is_err() {
+            self.panicked()
+        }
+    }
+
+    /// The thread's panic, carried on here.
+    fn panicked(&mut self) -> ! {
+        match self.thread.take().map(JoinHandle::join) {
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            _ => unreachable!("the drain thread outlives its tasks"),
+        }
+    }
+
+    /// Take leaf `child`'s drain out of the queue, and its charge off the cache's budget.
+    fn dequeue(&mut self, child: NodeId, store: &mut NodeStore<Block>) -> Job {
+        let job = self.queued.remove(&child).expect("queued");
+        self.charged -= job.charge;
+        store.set_budget(self.base - self.charged);
+        job
     }
 }
 
@@ -297,6 +317,22 @@ impl BeTree {
             Block::Leaf(l) => l.clone(),
             _ => return Err(self.corrupt(child_id, "a leaf was expected below".into())),
         };
+        let run_bytes: usize = internal(&parent.read()).runs[j]
+            .iter()
+            .map(|r| r.bytes as usize)
+            .sum();
+        let leaf_bytes: usize = was.bases.iter().map(|b| b.bytes).sum();
+        let charge = 3 * run_bytes + leaf_bytes;
+        if self.drainer.is_none() {
+            let dev = self.store.pager().device().clone();
+            let base = self.store.stats().budget_bytes as usize;
+            self.drainer = Some(Drainer::start(self.geo, dev, base)?);
+        }
+        let d = self.drainer.as_ref().expect("started above");
+        if d.charged + charge > d.base / QUEUED_SHARE {
+            // No room in the cache's budget for another drain held aside: inline.
+            return self.drain(parent, j, child, depth);
+        }
         // Runs the cache holds whole are copied here; the others the thread reads.
         let mut runs = Vec::with_capacity(ids.len());
         for &id in &ids {
@@ -319,22 +355,7 @@ impl BeTree {
             Some(RunSrc::Copied(m)) if !m.is_empty() => m[0].key.clone(),
             _ => return self.drain(parent, j, child, depth),
         };
-        let run_bytes: usize = internal(&parent.read()).runs[j]
-            .iter()
-            .map(|r| r.bytes as usize)
-            .sum();
-        let leaf_bytes: usize = was.bases.iter().map(|b| b.bytes).sum();
-        let charge = 3 * run_bytes + leaf_bytes;
-        if self.drainer.is_none() {
-            let dev = self.store.pager().device().clone();
-            let base = self.store.stats().budget_bytes as usize;
-            self.drainer = Some(Drainer::start(self.geo, dev, base)?);
-        }
         let d = self.drainer.as_mut().expect("started above");
-        if d.charged + charge > d.base / QUEUED_SHARE {
-            // No room in the cache's budget for another drain held aside: inline.
-            return self.drain(parent, j, child, depth);
-        }
         let on_device = runs
             .iter()
             .filter(|r| matches!(r, RunSrc::OnDevice { .. }))
@@ -344,10 +365,7 @@ impl BeTree {
             leaf: was.clone(),
             runs,
         };
-        if d.to.send(task).is_err() {
-            let done = d.recv();
-            return done.out.map(|_| ());
-        }
+        d.send(task);
         d.queued.insert(
             child_id,
             Job {
@@ -381,10 +399,7 @@ impl BeTree {
                 d.ready.push(r);
             },
         };
-        let job = d.queued.remove(&child).expect("queued");
-        d.charged -= job.charge;
-        let budget = d.base - d.charged;
-        self.store.set_budget(budget);
+        let job = d.dequeue(child, &mut self.store);
         self.drains.stalls += 1;
         self.drains.stall_us += start.elapsed().as_micros() as u64;
         let depth = self.height - 1;
@@ -410,10 +425,7 @@ impl BeTree {
                     Err(_) => return Ok(()),
                 },
             };
-            let job = d.queued.remove(&done.child).expect("queued");
-            d.charged -= job.charge;
-            let budget = d.base - d.charged;
-            self.store.set_budget(budget);
+            let job = d.dequeue(done.child, &mut self.store);
             self.install_found(done.child, job, done.out)?;
         }
     }
