@@ -378,8 +378,15 @@ fn check_runs_then_crash(
 /// are merged into one run rather than drained into the leaf (runs of runs): merges happen,
 /// drains wait, reads see every message (overwrites, deletes, range deletes and merge operands
 /// among them), the check accounts for every run, and a crash keeps every acknowledged batch.
+/// Both with the merges on the writer and on the drain thread (`betree::drainer`).
 #[test]
 fn a_full_count_of_small_runs_is_merged_into_one_run() {
+    for on_thread in [false, true] {
+        full_count_merged(on_thread);
+    }
+}
+
+fn full_count_merged(on_thread: bool) {
     use std::collections::BTreeMap;
     use strata::WriteBatch;
     let env = SimEnv::new();
@@ -387,6 +394,7 @@ fn a_full_count_of_small_runs_is_merged_into_one_run() {
     let opts = Options::default()
         .betree(64 << 10, 32, 1 << 10)
         .cache_bytes(128 << 10)
+        .background_merges(on_thread)
         .checkpoint_wal_bytes(1 << 20)
         .merge_operator(strata::AddU64);
     let db = Db::open_in(&env, opts.clone()).unwrap();
@@ -431,6 +439,12 @@ fn a_full_count_of_small_runs_is_merged_into_one_run() {
     let stats = db.metrics().engine;
     eprintln!("{merges} merges; at the end {stats:?}");
     assert!(merges > 10, "{stats:?}");
+    let offloaded = stats.detail("merges_offloaded");
+    if on_thread {
+        assert!(offloaded > 10, "{stats:?}");
+    } else {
+        assert_eq!(offloaded, 0, "{stats:?}");
+    }
     for (k, v) in oracle.iter().step_by(7) {
         assert_eq!(db.get(k).unwrap().as_ref(), Some(v), "{k:?}");
     }

@@ -1,7 +1,9 @@
-//! Drains on a thread of their own. A drain applies a leaf's runs to the leaf: out of memory it
-//! is most of the writer's CPU (49% of the samples loading 1M keys into a 32 MiB cache), and
-//! the commits it lands in are the slow ones. With `Options::background_merges` (the default)
-//! the writer hands the work to a thread and goes on.
+//! Drains and merges of runs on a thread of their own. A drain applies a leaf's runs to the
+//! leaf: out of memory it is most of the writer's CPU (49% of the samples loading 1M keys into a
+//! 32 MiB cache), and the commits it lands in are the slow ones. A merge of a leaf's newest
+//! small runs into one (`policy::Flush::Merge`) reads them back: at 10M keys and 256 MiB it was
+//! in most of the mixed phase's commits over 3 ms. With `Options::background_merges` (the
+//! default) the writer hands both to a thread and goes on.
 //!
 //! - **Offload** (`offload`): the flushed segment becomes one more run, so the parent is
 //!   relieved at once and every message the drain takes is still in the tree, where queries
@@ -32,6 +34,11 @@
 //!   The pin holds the leaf in the cache until the install, unless the cache is too small to
 //!   keep it within its budget between operations (`settle` lets it go, and the install then
 //!   drops the drain).
+//! - **Merges** (`offload_merge`) go the same way: the segment is spilled, the runs from the
+//!   merge's index on are handed over (copied or read on the thread), and the thread merges them
+//!   and builds the new run's filter. The install puts the merged run in place of exactly those
+//!   runs, if they are still the leaf's from that index on (runs spilled meanwhile stay after
+//!   it, newer); else it is dropped. Merges and drains share the queue, one job a leaf.
 //! - **Upserts** read and write blobs through the pager: a drain whose copied runs hold one
 //!   runs inline at once, and one whose runs read on the thread hold one comes back to be
 //!   drained by the writer at install.
@@ -39,15 +46,17 @@
 //!   drain dropped unfinished (the engine going away) loses nothing, its runs being in the
 //!   tree like any.
 //!
-//! Invariant: while a drain is queued, its leaf changes only by its install, and its runs are
-//! the first of the leaf's runs (flushes add newer runs after them; merges and inline drains
-//! never take them; a sibling's merge that takes them makes the install drop the drain).
+//! Invariant: while a job is queued, its leaf and its runs change only by its install: flushes
+//! add newer runs after them (or wait), no merge or drain of the leaf's starts; a merge with a
+//! sibling leaf that takes them makes the install drop the job. A drain's runs are the leaf's
+//! first; a merge's are the leaf's from its index on when it was handed over.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use super::flush::{merge_msgs, run_filter};
 use super::leaf::{Settle, Settled};
 use super::*;
 use crate::storage::alloc::Extent;
@@ -79,26 +88,37 @@ pub(super) struct Drainer {
     hold: bool,
 }
 
-/// What a drain took, to check at install that the tree still holds it.
+/// What a job took, to check at install that the tree still holds it.
 struct Job {
-    /// The runs it takes, oldest first: the leaf's first runs.
+    /// The runs it takes, oldest first: a drain the leaf's first runs, a merge the newest ones
+    /// when it was handed over (from `Kind::Merge::from` on).
     runs: Vec<NodeId>,
     /// A key in the leaf's range, to find its parent again from the root.
     key: Vec<u8>,
-    /// The leaf as the drain read it (its basements' buffers shared with the tree's).
-    was: Leaf,
-    /// The leaf, pinned so that the cache keeps it (as it was, if nothing changed it) until
-    /// the install.
-    pin: Option<Pin<Block>>,
-    /// The memory the drain holds until its install, taken from the cache's budget: its
-    /// messages decoded (about twice their encoding) and its new leaf (the leaf and the runs).
+    kind: Kind,
+    /// The memory the job holds until its install, taken from the cache's budget: its
+    /// messages decoded (about twice their encoding) and what it makes of them (a new leaf,
+    /// or one merged run).
     charge: usize,
 }
 
-/// A drain for the thread: the leaf's clone and its runs, oldest first.
+enum Kind {
+    Drain {
+        /// The leaf as the drain read it (its basements' buffers shared with the tree's).
+        was: Leaf,
+        /// The leaf, pinned so that the cache keeps it (as it was, if nothing changed it)
+        /// until the install.
+        pin: Option<Pin<Block>>,
+    },
+    /// A merge of the leaf's runs from this index on into one (`policy::Flush::Merge`).
+    Merge { from: usize },
+}
+
+/// Work for the thread: a drain (the leaf's clone and its runs, oldest first) or, without a
+/// leaf, a merge of the runs into one.
 struct Task {
     child: NodeId,
-    leaf: Leaf,
+    leaf: Option<Leaf>,
     runs: Vec<RunSrc>,
 }
 
@@ -111,16 +131,19 @@ enum RunSrc {
     OnDevice { id: NodeId, ext: Extent },
 }
 
-/// What the thread made of a drain.
+/// What the thread made of a job.
 enum Outcome {
     /// The new leaf and what it changed outside it.
     Applied(Leaf, Settled),
+    /// The merged run, its filter, and the messages it made obsolete (whose blobs the
+    /// install frees).
+    Merged(Segment, Filter, Vec<Msg>),
     /// A run read on the thread holds an upsert, whose merge may read and write blobs
-    /// through the pager: the writer drains the leaf itself at install.
+    /// through the pager, or needs the merge operator: the writer does the job at install.
     Upserts,
 }
 
-/// A drain's result.
+/// A job's result.
 struct Done {
     child: NodeId,
     out: Result<Outcome>,
@@ -152,10 +175,11 @@ pub(super) fn read_run(dev: &dyn Device, id: NodeId, ext: Extent) -> Result<Vec<
     Ok(msgs)
 }
 
-/// The thread's work on one drain.
-fn work(geo: Geometry, dev: &dyn Device, mut leaf: Leaf, runs: Vec<RunSrc>) -> Result<Outcome> {
+/// The thread's work on one job: the runs' messages, oldest first, applied to the leaf (a
+/// drain) or merged into one run.
+fn work(geo: Geometry, dev: &dyn Device, task: Task, scratch: &mut Scratch) -> Result<Outcome> {
     let mut msgs = Vec::new();
-    for r in runs {
+    for r in task.runs {
         match r {
             RunSrc::Copied(m) => msgs.extend(m),
             RunSrc::OnDevice { id, ext } => {
@@ -167,9 +191,18 @@ fn work(geo: Geometry, dev: &dyn Device, mut leaf: Leaf, runs: Vec<RunSrc>) -> R
             }
         }
     }
-    let mut s = Settle::new(geo, None, None);
-    s.apply(&mut leaf, msgs)?;
-    Ok(Outcome::Applied(leaf, s.out))
+    match task.leaf {
+        Some(mut leaf) => {
+            let mut s = Settle::new(geo, None, None);
+            s.apply(&mut leaf, msgs)?;
+            Ok(Outcome::Applied(leaf, s.out))
+        }
+        None => {
+            let (seg, dropped) = merge_msgs(msgs, None, scratch);
+            let filter = run_filter(&seg);
+            Ok(Outcome::Merged(seg, filter, dropped))
+        }
+    }
 }
 
 impl Drainer {
@@ -179,8 +212,10 @@ impl Drainer {
         let thread = std::thread::Builder::new()
             .name("strata-betree-drain".into())
             .spawn(move || {
-                for Task { child, leaf, runs } in tasks {
-                    let out = work(geo, &*dev, leaf, runs);
+                let mut scratch = Scratch::default();
+                for task in tasks {
+                    let child = task.child;
+                    let out = work(geo, &*dev, task, &mut scratch);
                     if done.send(Done { child, out }).is_err() {
                         return;
                     }
@@ -254,8 +289,12 @@ pub(super) struct DrainStats {
     pub dropped: u64,
     /// Runs the thread read from the device (the cache did not hold them whole).
     pub runs_read: u64,
-    /// Drains the thread handed back to the writer: a run it read held an upsert.
+    /// Jobs handed back to the writer: a run it read held an upsert.
     pub upserts: u64,
+    /// Merges of a leaf's runs run on the thread and installed, and dropped (the runs changed
+    /// meanwhile).
+    pub merges_offloaded: u64,
+    pub merges_dropped: u64,
     /// Flushes that waited for the running drain, and how long in all.
     pub stalls: u64,
     pub stall_us: u64,
@@ -304,43 +343,117 @@ impl BeTree {
     /// Hand the drain of child j (a leaf) of a resident internal node to the thread: segment j
     /// becomes a run, and the leaf's runs go to the thread with the leaf.
     pub(super) fn offload(&mut self, parent: &Pin<Block>, j: usize, depth: u32) -> Result<()> {
-        self.spill(parent, j)?;
-        let (child_id, ids) = {
-            let g = parent.read();
-            let n = internal(&g);
-            let ids: Vec<NodeId> = n.runs[j].iter().map(|r| r.id).collect();
-            (n.children[j], ids)
-        };
+        let child_id = internal(&parent.read()).children[j];
         let child = self.store.get(child_id)?;
         self.load_all(&child)?;
         let was = match &*child.read() {
             Block::Leaf(l) => l.clone(),
             _ => return Err(self.corrupt(child_id, "a leaf was expected below".into())),
         };
-        let run_bytes: usize = internal(&parent.read()).runs[j]
+        let leaf_bytes: usize = was.bases.iter().map(|b| b.bytes).sum();
+        let charge = 3 * self.runs_and_segment_bytes(parent, j, 0) + leaf_bytes;
+        if !self.room_for(charge)? {
+            return self.drain(parent, j, child, depth);
+        }
+        self.spill(parent, j)?;
+        let ids: Vec<NodeId> = internal(&parent.read()).runs[j]
+            .iter()
+            .map(|r| r.id)
+            .collect();
+        let Some((runs, key)) = self.run_sources(&ids)? else {
+            return self.drain(parent, j, child, depth);
+        };
+        let kind = Kind::Drain {
+            was: was.clone(),
+            pin: Some(child),
+        };
+        self.hand_over(
+            child_id,
+            Some(was),
+            runs,
+            Job {
+                runs: ids,
+                key,
+                kind,
+                charge,
+            },
+        );
+        Ok(())
+    }
+
+    /// Hand the merge of child j's runs from index `from` on and segment j
+    /// (`policy::Flush::Merge`) to the thread: the segment becomes a run, merged with them
+    /// there; the leaf is not touched.
+    pub(super) fn offload_merge(
+        &mut self,
+        parent: &Pin<Block>,
+        j: usize,
+        from: usize,
+    ) -> Result<()> {
+        let charge = 3 * self.runs_and_segment_bytes(parent, j, from);
+        if !self.room_for(charge)? {
+            return self.merge_runs(parent, j, from);
+        }
+        self.spill(parent, j)?;
+        let (child_id, ids) = {
+            let g = parent.read();
+            let n = internal(&g);
+            let ids: Vec<NodeId> = n.runs[j][from..].iter().map(|r| r.id).collect();
+            (n.children[j], ids)
+        };
+        let Some((runs, key)) = self.run_sources(&ids)? else {
+            return self.merge_runs(parent, j, from);
+        };
+        let kind = Kind::Merge { from };
+        self.hand_over(
+            child_id,
+            None,
+            runs,
+            Job {
+                runs: ids,
+                key,
+                kind,
+                charge,
+            },
+        );
+        Ok(())
+    }
+
+    /// The bytes of child j's runs from index `from` on and of segment j.
+    fn runs_and_segment_bytes(&self, parent: &Pin<Block>, j: usize, from: usize) -> usize {
+        let g = parent.read();
+        let n = internal(&g);
+        n.runs[j][from..]
             .iter()
             .map(|r| r.bytes as usize)
-            .sum();
-        let leaf_bytes: usize = was.bases.iter().map(|b| b.bytes).sum();
-        let charge = 3 * run_bytes + leaf_bytes;
+            .sum::<usize>()
+            + n.segs[j].bytes
+    }
+
+    /// Whether a job holding `charge` bytes fits in the queued jobs' share of the cache's
+    /// budget (checked before any run is copied for it). Starts the thread on first use.
+    fn room_for(&mut self, charge: usize) -> Result<bool> {
         if self.drainer.is_none() {
             let dev = self.store.pager().device().clone();
             let base = self.store.stats().budget_bytes as usize;
             self.drainer = Some(Drainer::start(self.geo, dev, base)?);
         }
         let d = self.drainer.as_ref().expect("started above");
-        if d.charged + charge > d.base / QUEUED_SHARE {
-            // No room in the cache's budget for another drain held aside: inline.
-            return self.drain(parent, j, child, depth);
-        }
+        Ok(d.charged + charge <= d.base / QUEUED_SHARE)
+    }
+
+    /// The runs `ids` as the thread gets them, and a key of the leaf's (from the newest run,
+    /// the segment just spilled, in the cache); `None` when the job is the writer's: a run the
+    /// cache holds holds an upsert (which may read and write blobs: here, through the tree's
+    /// pager).
+    fn run_sources(&mut self, ids: &[NodeId]) -> Result<Option<(Vec<RunSrc>, Vec<u8>)>> {
         // Runs the cache holds whole are copied here; the others the thread reads.
         let mut runs = Vec::with_capacity(ids.len());
-        for &id in &ids {
+        for &id in ids {
             if self.fully_resident(id)? {
                 let msgs = self.load_run(id)?;
                 if msgs.iter().any(|m| matches!(m.body, Body::Upsert(_))) {
-                    // An upsert may read and write blobs: here, through the tree's pager.
-                    return self.drain(parent, j, child, depth);
+                    return Ok(None);
                 }
                 runs.push(RunSrc::Copied(msgs));
             } else {
@@ -350,37 +463,26 @@ impl BeTree {
                 runs.push(RunSrc::OnDevice { id, ext });
             }
         }
-        // The newest run is the segment just spilled, in the cache: a key of the leaf's.
         let key = match runs.last() {
             Some(RunSrc::Copied(m)) if !m.is_empty() => m[0].key.clone(),
-            _ => return self.drain(parent, j, child, depth),
+            _ => return Ok(None),
         };
-        let d = self.drainer.as_mut().expect("started above");
+        Ok(Some((runs, key)))
+    }
+
+    /// Send a job to the thread and queue it, its charge taken from the cache's budget.
+    fn hand_over(&mut self, child: NodeId, leaf: Option<Leaf>, runs: Vec<RunSrc>, job: Job) {
         let on_device = runs
             .iter()
             .filter(|r| matches!(r, RunSrc::OnDevice { .. }))
             .count();
-        let task = Task {
-            child: child_id,
-            leaf: was.clone(),
-            runs,
-        };
-        d.send(task);
-        d.queued.insert(
-            child_id,
-            Job {
-                runs: ids,
-                key,
-                was,
-                pin: Some(child),
-                charge,
-            },
-        );
-        d.charged += charge;
+        let d = self.drainer.as_mut().expect("started by room_for");
+        d.send(Task { child, leaf, runs });
+        d.charged += job.charge;
+        d.queued.insert(child, job);
         self.drains.runs_read += on_device as u64;
         let budget = d.base - d.charged;
         self.store.set_budget(budget);
-        Ok(())
     }
 
     /// Wait for the drain of child j of a resident internal node, and install it: a stall,
@@ -466,9 +568,9 @@ impl BeTree {
         self.fix_root()
     }
 
-    /// Put a drain's result in place, child j of a resident internal node at `depth`, if its
-    /// leaf and runs are as it found them; else drop it. Everything that may fail (reads) comes
-    /// before the first change, so a failure leaves the tree as it was, the drain dropped.
+    /// Put a job's result in place, child j of a resident internal node at `depth`, if what it
+    /// took is still there; else drop it. Everything that may fail (reads) comes before the
+    /// first change, so a failure leaves the tree as it was, the job dropped.
     fn install(
         &mut self,
         parent: &Pin<Block>,
@@ -478,12 +580,92 @@ impl BeTree {
         out: Result<Outcome>,
         depth: u32,
     ) -> Result<()> {
+        match job.kind {
+            Kind::Drain { was, .. } => {
+                self.install_drain(parent, j, child, &job.runs, was, out, depth)
+            }
+            Kind::Merge { from } => self.install_merge(parent, j, child, &job.runs, from, out),
+        }
+    }
+
+    /// Put a merged run in place of the runs it took (still child j's from index `from` on,
+    /// else the merge is dropped: a drain took them meanwhile).
+    fn install_merge(
+        &mut self,
+        parent: &Pin<Block>,
+        j: usize,
+        child: NodeId,
+        ids: &[NodeId],
+        from: usize,
+        out: Result<Outcome>,
+    ) -> Result<()> {
+        let to = from + ids.len();
         let listed = {
             let g = parent.read();
             let n = internal(&g);
             n.children.get(j) == Some(&child)
-                && n.runs[j].len() >= job.runs.len()
-                && n.runs[j].iter().zip(&job.runs).all(|(r, &id)| r.id == id)
+                && n.runs[j].len() >= to
+                && n.runs[j][from..to]
+                    .iter()
+                    .zip(ids)
+                    .all(|(r, &id)| r.id == id)
+        };
+        if !listed {
+            self.drains.merges_dropped += 1;
+            return Ok(());
+        }
+        let (seg, filter, dropped) = match out? {
+            Outcome::Merged(seg, filter, dropped) => (seg, filter, dropped),
+            Outcome::Upserts => {
+                self.drains.upserts += 1;
+                let mut msgs = Vec::new();
+                for &id in ids {
+                    msgs.extend(self.take_in_run(id)?);
+                }
+                let merge = self.merge.clone();
+                let (seg, dropped) = merge_msgs(msgs, merge.as_deref(), &mut self.scratch);
+                let filter = run_filter(&seg);
+                (seg, filter, dropped)
+            }
+            Outcome::Applied(..) => unreachable!("a merge's task has no leaf"),
+        };
+        let kept = seg.len() as u64;
+        let r = self.new_run(seg, filter)?;
+        // From here on nothing fails.
+        let taken: Vec<RunRef> = internal_mut(&mut parent.write()).runs[j]
+            .splice(from..to, [r])
+            .collect();
+        for r in taken {
+            self.store.free(r.id);
+            self.runs -= 1;
+            self.buffered -= r.count as u64;
+        }
+        self.buffered += kept;
+        self.store.mark_dirty(parent);
+        self.free_msgs(dropped);
+        self.run_merges += 1;
+        self.drains.merges_offloaded += 1;
+        Ok(())
+    }
+
+    /// Put a drain's new leaf in place if its leaf and runs are as it found them.
+    #[allow(clippy::too_many_arguments)]
+    fn install_drain(
+        &mut self,
+        parent: &Pin<Block>,
+        j: usize,
+        child: NodeId,
+        ids: &[NodeId],
+        was: Leaf,
+        out: Result<Outcome>,
+        depth: u32,
+    ) -> Result<()> {
+        let listed = {
+            let g = parent.read();
+            let n = internal(&g);
+            n.children.get(j) == Some(&child)
+                && n.runs[j].len() >= ids.len()
+                && n.runs[j].iter().zip(ids).all(|(r, &id)| r.id == id)
         };
         // The job's pin keeps the leaf in the cache unless it was freed (merged away) or the
         // pin given up (`unpin_drains`); a leaf that changed holds other buffers than the ones
@@ -494,7 +676,7 @@ impl BeTree {
         }
         let pin = self.store.get(child)?;
         let same = match &*pin.read() {
-            Block::Leaf(l) => same_buffers(l, &job.was),
+            Block::Leaf(l) => same_buffers(l, &was),
             _ => false,
         };
         if !same {
@@ -505,6 +687,7 @@ impl BeTree {
         // failed read of one is the device's or the file's: reported.
         let (mut leaf, mut settled) = match out? {
             Outcome::Applied(leaf, settled) => (leaf, settled),
+            Outcome::Merged(..) => unreachable!("a drain's task has a leaf"),
             Outcome::Upserts => {
                 self.drains.upserts += 1;
                 return self.drain(parent, j, pin, depth);
@@ -515,7 +698,7 @@ impl BeTree {
         // none (its pieces would not see them). Applied to the drain's leaf before it is put
         // in place (an upsert's blobs through the pager: one written before a failure is
         // unreferenced, and the failed write poisons the database).
-        let newer: Vec<NodeId> = internal(&parent.read()).runs[j][job.runs.len()..]
+        let newer: Vec<NodeId> = internal(&parent.read()).runs[j][ids.len()..]
             .iter()
             .map(|r| r.id)
             .collect();
@@ -549,7 +732,9 @@ impl BeTree {
     pub(super) fn unpin_drains(&mut self) {
         if let Some(d) = self.drainer.as_mut() {
             for job in d.queued.values_mut() {
-                job.pin = None;
+                if let Kind::Drain { pin, .. } = &mut job.kind {
+                    *pin = None;
+                }
             }
         }
     }
@@ -574,7 +759,17 @@ mod tests {
         }
 
         fn with_merge(merge: Option<Arc<dyn MergeOperator>>) -> Load {
-            let tree = sim_tree(Origin::Explicit, 2 << 20, merge);
+            Load::with(8, merge)
+        }
+
+        /// Fanout 32: flushes of 2 KiB, so that the count of a leaf's runs binds before their
+        /// bytes do and its small runs are merged (`policy::Flush::Merge`).
+        fn merging() -> Load {
+            Load::with(32, None)
+        }
+
+        fn with(fanout: usize, merge: Option<Arc<dyn MergeOperator>>) -> Load {
+            let tree = sim_tree_with(fanout, Origin::Explicit, 2 << 20, merge);
             Load {
                 tree,
                 model: BTreeMap::new(),
@@ -621,16 +816,60 @@ mod tests {
             self.tree.settle().unwrap();
         }
 
-        /// Batches until a drain is with the thread.
-        fn until_offloaded(&mut self) {
-            for _ in 0..2000 {
+        /// Batches until a drain is with the thread; from then on the test decides when
+        /// jobs are installed. The drain's leaf.
+        fn until_offloaded(&mut self) -> NodeId {
+            self.until_queued(false)
+        }
+
+        /// Batches until a merge (`merge`) or a drain is with the thread, as
+        /// `until_offloaded`. The job's leaf.
+        fn until_queued(&mut self, merge: bool) -> NodeId {
+            for _ in 0..4000 {
                 self.batch();
-                if self.queued() > 0 {
-                    self.tree.drainer.as_mut().unwrap().hold = true;
-                    return;
+                if let Some(d) = self.tree.drainer.as_mut() {
+                    let found = d
+                        .queued
+                        .iter()
+                        .find(|(_, j)| matches!(j.kind, Kind::Merge { .. }) == merge);
+                    if let Some((&child, _)) = found {
+                        d.hold = true;
+                        return child;
+                    }
                 }
             }
-            panic!("no drain went to the thread: {:?}", self.tree.stats());
+            panic!("no such job went to the thread: {:?}", self.tree.stats());
+        }
+
+        fn job(&self, child: NodeId) -> &Job {
+            &self.tree.drainer.as_ref().unwrap().queued[&child]
+        }
+
+        /// Leaf `child`'s parent (found by `key`, a key of the leaf's), its index there, and
+        /// the parent's depth.
+        fn parent_of(&mut self, child: NodeId, key: &[u8]) -> (Pin<Block>, usize, u32) {
+            let mut pin = self.tree.store.get(self.tree.root).unwrap();
+            for depth in 1.. {
+                let next = match &*pin.read() {
+                    Block::Internal(n) => {
+                        let i = n.child_for(key);
+                        if n.children[i] == child {
+                            return (pin.clone(), i, depth);
+                        }
+                        n.children[i]
+                    }
+                    _ => panic!("leaf {child} not found by its key"),
+                };
+                pin = self.tree.store.get(next).unwrap();
+            }
+            unreachable!()
+        }
+
+        /// How many runs leaf `child` has.
+        fn runs_of(&mut self, child: NodeId, key: &[u8]) -> usize {
+            let (parent, i, _) = self.parent_of(child, key);
+            let n = internal(&parent.read()).runs[i].len();
+            n
         }
 
         fn queued(&self) -> usize {
@@ -656,38 +895,11 @@ mod tests {
         let mut l = Load::new();
         let mut installed_with_newer = 0;
         for _ in 0..6 {
-            l.until_offloaded();
-            let child = *l
-                .tree
-                .drainer
-                .as_ref()
-                .unwrap()
-                .queued
-                .keys()
-                .next()
-                .unwrap();
-            let taken = l.tree.drainer.as_ref().unwrap().queued[&child].runs.len();
+            let child = l.until_offloaded();
+            let (taken, key) = (l.job(child).runs.len(), l.job(child).key.clone());
             // Writes go on (no install) until the leaf has a run newer than the drain's.
-            let newer = |l: &mut Load| {
-                let key = l.tree.drainer.as_ref().unwrap().queued[&child].key.clone();
-                let root = l.tree.store.get(l.tree.root).unwrap();
-                let mut pin = root;
-                loop {
-                    let next = match &*pin.read() {
-                        Block::Internal(n) => {
-                            let i = n.child_for(&key);
-                            if n.children[i] == child {
-                                return n.runs[i].len() > taken;
-                            }
-                            n.children[i]
-                        }
-                        _ => return false,
-                    };
-                    pin = l.tree.store.get(next).unwrap();
-                }
-            };
             for _ in 0..400 {
-                if newer(&mut l) {
+                if l.runs_of(child, &key) > taken {
                     installed_with_newer += 1;
                     break;
                 }
@@ -729,12 +941,8 @@ mod tests {
     #[test]
     fn a_drain_whose_leaf_changed_meanwhile_is_dropped() {
         let mut l = Load::new();
-        l.until_offloaded();
-        let (child, key) = {
-            let d = l.tree.drainer.as_ref().unwrap();
-            let (&child, job) = d.queued.iter().next().unwrap();
-            (child, job.key.clone())
-        };
+        let child = l.until_offloaded();
+        let key = l.job(child).key.clone();
         // A key next to one the drain holds, in the leaf's range and in no message: given
         // to the leaf directly, as an inline drain or a merge with a sibling would change it.
         let mut fresh = key;
@@ -758,6 +966,53 @@ mod tests {
         }
         l.tree.reap(true).unwrap();
         assert!(l.tree.drains.offloaded > 0, "{:?}", l.tree.drains);
+        l.verify();
+    }
+
+    /// A merge of a leaf's newest runs on the thread replaces exactly the runs it took: runs
+    /// spilled into the leaf while it ran stay, newer than the merged one, and every key
+    /// reads back.
+    #[test]
+    fn a_merge_on_the_thread_keeps_the_runs_spilled_while_it_ran() {
+        let mut l = Load::merging();
+        let mut installed_with_newer = 0;
+        for _ in 0..4 {
+            let child = l.until_queued(true);
+            let Kind::Merge { from } = l.job(child).kind else {
+                unreachable!("a merge was asked for")
+            };
+            let (taken, key) = (l.job(child).runs.len(), l.job(child).key.clone());
+            for _ in 0..400 {
+                if l.runs_of(child, &key) > from + taken {
+                    installed_with_newer += 1;
+                    break;
+                }
+                l.batch();
+            }
+            let before = l.tree.drains.merges_offloaded + l.tree.drains.merges_dropped;
+            l.tree.reap(true).unwrap();
+            assert_eq!(l.queued(), 0);
+            assert!(l.tree.drains.merges_offloaded + l.tree.drains.merges_dropped > before);
+            l.verify();
+        }
+        let d = &l.tree.drains;
+        assert!(installed_with_newer >= 2, "{installed_with_newer}, {d:?}");
+        assert!(d.merges_offloaded >= 2, "{d:?}");
+    }
+
+    /// A merge whose runs a drain took meanwhile is dropped at install and changes nothing.
+    #[test]
+    fn a_merge_whose_runs_were_drained_meanwhile_is_dropped() {
+        let mut l = Load::merging();
+        let child = l.until_queued(true);
+        let key = l.job(child).key.clone();
+        let (parent, j, depth) = l.parent_of(child, &key);
+        let pin = l.tree.store.get(child).unwrap();
+        l.tree.drain(&parent, j, pin, depth).unwrap();
+        drop(parent);
+        l.tree.reap(true).unwrap();
+        let d = &l.tree.drains;
+        assert_eq!((d.merges_dropped, d.merges_offloaded), (1, 0), "{d:?}");
         l.verify();
     }
 }

@@ -60,6 +60,9 @@ impl BeTree {
         if depth + 1 == self.height && !self.fully_resident(child_id)? {
             match policy::plan(&sizes, incoming, self.geo.node_size) {
                 policy::Flush::Spill => return self.spill(parent, j),
+                policy::Flush::Merge(from) if self.can_offload() => {
+                    return self.offload_merge(parent, j, from)
+                }
                 policy::Flush::Merge(from) => return self.merge_runs(parent, j, from),
                 // The slow drains: a leaf read and rewritten with up to three node sizes of
                 // messages. A resident leaf's drain is one flush's worth, inline.
@@ -95,23 +98,22 @@ impl BeTree {
 
     /// Append `seg` to child j's runs as a new run (the newest).
     fn add_run(&mut self, parent: &Pin<Block>, j: usize, seg: Segment) -> Result<()> {
-        let filter = if seg.ranges().is_empty() {
-            Filter::build_bits(
-                seg.points().iter().map(|m| m.key.as_slice()),
-                policy::RUN_FILTER_BITS,
-            )
-        } else {
-            Filter::any()
-        };
+        let filter = run_filter(&seg);
+        let r = self.new_run(seg, filter)?;
+        internal_mut(&mut parent.write()).runs[j].push(r);
+        self.store.mark_dirty(parent);
+        Ok(())
+    }
+
+    /// A new run block holding `seg`, and the parent's reference to it.
+    pub(super) fn new_run(&mut self, seg: Segment, filter: Filter) -> Result<RunRef> {
         let (bytes, count) = (seg.bytes() as u32, seg.len() as u32);
         let id = self
             .store
             .create(Block::Run(Run::new(seg, self.geo.basement)))?
             .id();
         self.runs += 1;
-        internal_mut(&mut parent.write()).runs[j].push(RunRef::new(id, bytes, count, filter));
-        self.store.mark_dirty(parent);
-        Ok(())
+        Ok(RunRef::new(id, bytes, count, filter))
     }
 
     /// Merge child j's runs from index `from` on and segment j into one run in their place
@@ -139,23 +141,8 @@ impl BeTree {
         }
         msgs.extend(seg.data.expect("dirty nodes are resident").into_by_seq());
         let before = msgs.len();
-        let mut merged = Segment::default();
-        let dropped = if msgs
-            .iter()
-            .all(|m| matches!(m.body, Body::Put(_) | Body::Delete))
-        {
-            // Puts and deletes: by key, each key's oldest first, in one merge (stable sort
-            // keeps the order by age within a key).
-            msgs.sort_by(|a, b| a.key.cmp(&b.key));
-            merged.insert_run(msgs, &mut self.scratch)
-        } else {
-            let merge = self.merge.clone();
-            let mut dropped = Vec::new();
-            for m in msgs {
-                dropped.extend(merged.insert(m, merge.as_deref()));
-            }
-            dropped
-        };
+        let merge = self.merge.clone();
+        let (merged, dropped) = merge_msgs(msgs, merge.as_deref(), &mut self.scratch);
         self.buffered -= (before - merged.len()) as u64;
         self.run_merges += 1;
         self.free_msgs(dropped);
@@ -259,5 +246,44 @@ impl BeTree {
             self.route(pin, msgs);
             self.relieve(pin, depth)
         }
+    }
+}
+
+/// Messages of runs, oldest first, merged into one segment: a key's older messages that a newer
+/// one makes obsolete are dropped (and returned, for their blobs), as a segment drops them.
+/// With puts and deletes only, one sort and merge; `merge` combines upserts.
+pub(super) fn merge_msgs(
+    mut msgs: Vec<Msg>,
+    merge: Option<&dyn MergeOperator>,
+    scratch: &mut Scratch,
+) -> (Segment, Vec<Msg>) {
+    let mut merged = Segment::default();
+    let dropped = if msgs
+        .iter()
+        .all(|m| matches!(m.body, Body::Put(_) | Body::Delete))
+    {
+        // By key, each key's oldest first (a stable sort keeps the order by age within a key).
+        msgs.sort_by(|a, b| a.key.cmp(&b.key));
+        merged.insert_run(msgs, scratch)
+    } else {
+        let mut dropped = Vec::new();
+        for m in msgs {
+            dropped.extend(merged.insert(m, merge));
+        }
+        dropped
+    };
+    (merged, dropped)
+}
+
+/// A run's filter: its point keys', or one that lets every key through when it holds range
+/// deletes (which cover keys they do not name).
+pub(super) fn run_filter(seg: &Segment) -> Filter {
+    if seg.ranges().is_empty() {
+        Filter::build_bits(
+            seg.points().iter().map(|m| m.key.as_slice()),
+            policy::RUN_FILTER_BITS,
+        )
+    } else {
+        Filter::any()
     }
 }

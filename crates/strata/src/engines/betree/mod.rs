@@ -117,12 +117,23 @@ fn leaf_mut(n: &mut Block) -> &mut Leaf {
 /// Tests: a tree of 64 KiB nodes, fanout 8 and 4 KiB basements on a simulated disk.
 #[cfg(test)]
 fn sim_tree(origin: Origin, cache: usize, merge: Option<Arc<dyn MergeOperator>>) -> BeTree {
+    sim_tree_with(8, origin, cache, merge)
+}
+
+/// `sim_tree` with 64 KiB nodes of `fanout` children.
+#[cfg(test)]
+fn sim_tree_with(
+    fanout: usize,
+    origin: Origin,
+    cache: usize,
+    merge: Option<Arc<dyn MergeOperator>>,
+) -> BeTree {
     use crate::storage::{SimDevice, SimDisk};
     let disk = SimDisk::new(Default::default(), 0.0);
     let pager = Pager::create(Arc::new(SimDevice::new("data", disk)));
     let geo = Geometry {
         node_size: 64 << 10,
-        fanout: 8,
+        fanout,
         basement: 4096,
     };
     BeTree::create(pager, geo, origin, cache, merge).unwrap()
@@ -570,6 +581,8 @@ impl Engine for BeTree {
                 ("drains_inline", self.drains.inline),
                 ("drains_dropped", self.drains.dropped),
                 ("drain_runs_read", self.drains.runs_read),
+                ("merges_offloaded", self.drains.merges_offloaded),
+                ("merges_dropped", self.drains.merges_dropped),
                 ("drain_stalls", self.drains.stalls),
                 ("drain_stall_ms", self.drains.stall_us / 1000),
             ],
