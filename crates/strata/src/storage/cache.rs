@@ -168,6 +168,8 @@ pub struct NodeStore<N> {
     resident: usize,
     /// Bytes of charge a dirty victim's write-back may take along (0: the victim alone).
     writeback_batch: usize,
+    /// Nodes watched for changes (`watch`), and whether one came.
+    watched: HashMap<NodeId, bool, BuildHasherDefault<IdHasher>>,
     stats: CacheStats,
 }
 
@@ -182,6 +184,7 @@ impl<N: StoredNode> NodeStore<N> {
             hand: 0,
             resident: 0,
             writeback_batch: 0,
+            watched: HashMap::default(),
             stats: CacheStats {
                 budget_bytes: budget as u64,
                 ..Default::default()
@@ -253,6 +256,27 @@ impl<N: StoredNode> NodeStore<N> {
         self.index.contains_key(&id)
     }
 
+    /// Watch node `id` for changes: whoever reads its block elsewhere (another thread) can
+    /// later ask whether the tree's node is still that block (`unwatch`). Every change to a
+    /// clean node goes through `mark_dirty`, so a node not marked dirty or freed since is as
+    /// it was.
+    pub fn watch(&mut self, id: NodeId) {
+        self.watched.insert(id, false);
+    }
+
+    /// Stop watching node `id`: whether it was neither marked dirty nor freed since `watch`.
+    pub fn unwatch(&mut self, id: NodeId) -> bool {
+        self.watched.remove(&id) == Some(false)
+    }
+
+    fn touched(&mut self, id: NodeId) {
+        if !self.watched.is_empty() {
+            if let Some(t) = self.watched.get_mut(&id) {
+                *t = true;
+            }
+        }
+    }
+
     /// Add a new node; it is dirty until written.
     pub fn create(&mut self, node: N) -> Result<Pin<N>> {
         let id = self.pager.new_id();
@@ -300,6 +324,7 @@ impl<N: StoredNode> NodeStore<N> {
     /// Record that a pinned node changed: it must be written back, and its size may differ.
     pub fn mark_dirty(&mut self, pin: &Pin<N>) {
         pin.0.dirty.store(true, Ordering::Relaxed);
+        self.touched(pin.id());
         self.recharge(pin);
     }
 
@@ -326,6 +351,7 @@ impl<N: StoredNode> NodeStore<N> {
 
     /// Drop node `id` from the pool and the table.
     pub fn free(&mut self, id: NodeId) {
+        self.touched(id);
         if let Some(slot) = self.index.remove(&id) {
             let e = self.slots[slot].take().expect("indexed slot is occupied");
             self.resident -= e.charge;

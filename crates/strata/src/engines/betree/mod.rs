@@ -117,12 +117,13 @@ fn leaf_mut(n: &mut Block) -> &mut Leaf {
 /// Tests: a tree of 64 KiB nodes, fanout 8 and 4 KiB basements on a simulated disk.
 #[cfg(test)]
 fn sim_tree(origin: Origin, cache: usize, merge: Option<Arc<dyn MergeOperator>>) -> BeTree {
-    sim_tree_with(8, origin, cache, merge)
+    sim_tree_with(64 << 10, 8, origin, cache, merge)
 }
 
-/// `sim_tree` with 64 KiB nodes of `fanout` children.
+/// `sim_tree` with nodes of `node_size` bytes and `fanout` children.
 #[cfg(test)]
 fn sim_tree_with(
+    node_size: usize,
     fanout: usize,
     origin: Origin,
     cache: usize,
@@ -132,7 +133,7 @@ fn sim_tree_with(
     let disk = SimDisk::new(Default::default(), 0.0);
     let pager = Pager::create(Arc::new(SimDevice::new("data", disk)));
     let geo = Geometry {
-        node_size: 64 << 10,
+        node_size,
         fanout,
         basement: 4096,
     };
@@ -581,6 +582,7 @@ impl Engine for BeTree {
                 ("drains_inline", self.drains.inline),
                 ("drains_dropped", self.drains.dropped),
                 ("drain_runs_read", self.drains.runs_read),
+                ("drain_leaves_read", self.drains.leaves_read),
                 ("merges_offloaded", self.drains.merges_offloaded),
                 ("merges_dropped", self.drains.merges_dropped),
                 ("drain_stalls", self.drains.stalls),
