@@ -256,6 +256,26 @@ impl<N: StoredNode> NodeStore<N> {
         self.index.contains_key(&id)
     }
 
+    /// Whether node `id`'s block on the device (at the pager's extent for it) is the node as
+    /// the pool has it: not resident (a node leaves memory only written), or resident, clean
+    /// and not waiting for a checkpoint to write its placed block.
+    pub fn on_device(&self, id: NodeId) -> bool {
+        let Some(&slot) = self.index.get(&id) else {
+            return true;
+        };
+        let cell = &self.slots[slot]
+            .as_ref()
+            .expect("indexed slot is occupied")
+            .cell;
+        !cell.dirty.load(Ordering::Relaxed)
+            && cell
+                .placed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .upgrade()
+                .is_none()
+    }
+
     /// Watch node `id` for changes: whoever reads its block elsewhere (another thread) can
     /// later ask whether the tree's node is still that block (`unwatch`). Every change to a
     /// clean node goes through `mark_dirty`, so a node not marked dirty or freed since is as

@@ -49,6 +49,12 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     fn write_out(&self, _offset: u64, _len: u64) -> Result<()> {
         Ok(())
     }
+    /// Start writing `len` bytes at `offset` to the device, without waiting. A writer that
+    /// leaves blocks in the page cache until a later `sync` calls this as it goes, so that the
+    /// kernel does not write them out in bursts that a log's sync meanwhile waits behind (on
+    /// ext4 a log's fdatasync commits the journal, which waits for the data blocks allocated
+    /// in it). Only a hint: durability still takes `sync`, which reports any failed write.
+    fn start_write_out(&self, _offset: u64, _len: u64) {}
     fn len(&self) -> Result<u64>;
     fn set_len(&self, len: u64) -> Result<()>;
     /// Give `len` bytes at `offset`, which hold nothing anyone will read again, back to the
@@ -105,6 +111,9 @@ impl Device for Metered {
     }
     fn write_out(&self, offset: u64, len: u64) -> Result<()> {
         self.inner.write_out(offset, len)
+    }
+    fn start_write_out(&self, offset: u64, len: u64) {
+        self.inner.start_write_out(offset, len)
     }
     fn len(&self) -> Result<u64> {
         self.inner.len()
@@ -390,6 +399,19 @@ impl Device for FileDevice {
             ));
         }
         Ok(())
+    }
+
+    fn start_write_out(&self, offset: u64, len: u64) {
+        // SAFETY: a plain system call on a file descriptor this device owns. Its result is a
+        // hint's: a failed write shows at the next sync.
+        unsafe {
+            libc::sync_file_range(
+                self.file.as_raw_fd(),
+                offset as libc::off64_t,
+                len as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
     }
 
     fn sync(&self) -> Result<()> {

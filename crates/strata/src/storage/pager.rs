@@ -221,7 +221,14 @@ pub struct Pager {
     next_id: Arc<AtomicU64>,
     table_extent: Option<Extent>,
     last: Checkpoint,
+    /// Where blocks were written since the device was last asked to start writing them out
+    /// (`Device::start_write_out`), and how many bytes.
+    unstarted: (u64, u64, u64),
 }
+
+/// Bytes of blocks written between two `Device::start_write_out` calls: the page cache holds
+/// about this much of the data file's writes before the kernel is asked to write them.
+const WRITE_OUT_EVERY: u64 = 1 << 20;
 
 impl Pager {
     /// A pager for an empty device; nothing is on disk until the first `commit`.
@@ -233,6 +240,7 @@ impl Pager {
             next_id: Arc::new(AtomicU64::new(1)),
             table_extent: None,
             last: Checkpoint::default(),
+            unstarted: (u64::MAX, 0, 0),
         }
     }
 
@@ -328,6 +336,7 @@ impl Pager {
             next_id: Arc::new(AtomicU64::new(sb.next_id)),
             table_extent: Some(table_ext),
             last: sb.checkpoint.clone(),
+            unstarted: (u64::MAX, 0, 0),
         };
         Ok((pager, sb.checkpoint))
     }
@@ -502,7 +511,21 @@ impl Pager {
             return Err(e);
         }
         self.repoint(id, ext);
+        self.written(ext);
         Ok(())
+    }
+
+    /// Blocks were written at `ext`: every `WRITE_OUT_EVERY` bytes, ask the device to start
+    /// writing out the span written since the last time.
+    fn written(&mut self, ext: Extent) {
+        let (lo, hi, bytes) = &mut self.unstarted;
+        *lo = (*lo).min(ext.offset);
+        *hi = (*hi).max(ext.end());
+        *bytes += ext.len;
+        if *bytes >= WRITE_OUT_EVERY {
+            self.dev.start_write_out(*lo, *hi - *lo);
+            self.unstarted = (u64::MAX, 0, 0);
+        }
     }
 
     /// Write several sealed blocks now, copy-on-write, in the order given: fresh extents from
@@ -538,6 +561,7 @@ impl Pager {
             ios += 1;
             for ((id, _), &ext) in blocks[i..j].iter().zip(&exts[i..j]) {
                 self.repoint(*id, ext);
+                self.written(ext);
             }
             i = j;
         }
@@ -874,6 +898,69 @@ mod tests {
             "data",
             SimDisk::new(Default::default(), 0.0),
         ))
+    }
+
+    /// A device that records the spans it was asked to start writing out.
+    #[derive(Debug)]
+    struct Starts {
+        inner: Arc<SimDevice>,
+        spans: Mutex<Vec<(u64, u64)>>,
+    }
+
+    impl Device for Starts {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
+            self.inner.write_at(data, offset)
+        }
+        fn sync(&self) -> Result<()> {
+            self.inner.sync()
+        }
+        fn start_write_out(&self, offset: u64, len: u64) {
+            self.spans.lock().unwrap().push((offset, len));
+        }
+        fn len(&self) -> Result<u64> {
+            self.inner.len()
+        }
+        fn set_len(&self, len: u64) -> Result<()> {
+            self.inner.set_len(len)
+        }
+    }
+
+    /// Blocks written between checkpoints are handed to the device to write out every
+    /// `WRITE_OUT_EVERY` bytes, each time the span written since the last: every block written
+    /// falls in one span, and no more than a span's worth waits.
+    #[test]
+    fn written_blocks_are_started_out_as_they_accumulate() {
+        let dev = Arc::new(Starts {
+            inner: sim(),
+            spans: Mutex::new(Vec::new()),
+        });
+        let mut p = Pager::create(dev.clone());
+        let block = vec![7u8; 100 << 10];
+        let mut exts = Vec::new();
+        for _ in 0..35 {
+            let id = p.new_id();
+            p.write_block(id, kind::BLOB, &block).unwrap();
+            exts.push(p.extent(id).unwrap());
+        }
+        let spans = dev.spans.lock().unwrap().clone();
+        // 35 blocks of a little over 100 KiB: 3.4 MiB, three spans of 1 MiB or more.
+        assert_eq!(spans.len(), 3, "{spans:?}");
+        let covered = |e: &Extent| {
+            spans
+                .iter()
+                .any(|&(o, l)| o <= e.offset && e.end() <= o + l)
+        };
+        let started = exts.iter().filter(|e| covered(e)).count();
+        assert!(
+            (30..35).contains(&started),
+            "{started} of 35 started: {spans:?}"
+        );
     }
 
     #[test]

@@ -101,11 +101,6 @@ pub struct Basement {
 }
 
 impl Basement {
-    /// Whether both hold the one buffer (not merely equal bytes).
-    pub fn same_buffer(&self, o: &Basement) -> bool {
-        Arc::ptr_eq(&self.data, &o.data)
-    }
-
     pub fn with_capacity(entries: usize, bytes: usize) -> Basement {
         Basement {
             data: Arc::new(Vec::with_capacity(bytes)),

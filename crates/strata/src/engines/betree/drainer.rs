@@ -7,14 +7,15 @@
 //!
 //! - **Offload** (`offload`): the flushed segment becomes one more run, so the parent is
 //!   relieved at once and every message the drain takes is still in the tree, where queries
-//!   find it. A leaf out of the cache (the common case: that is why it has runs) is read by the
-//!   thread from its block (checked: owner and checksums) and watched in the cache
-//!   (`NodeStore::watch`: any change marks a clean node dirty first). A leaf the cache holds,
-//!   even in part, is loaded whole, cloned (its basements' buffers are shared, not copied) and
-//!   pinned. Runs the cache holds whole are copied; the others the thread reads from the device
-//!   itself and checks: a run that left the cache was written first, and it is not freed while
-//!   the drain holds it. The thread applies the messages, oldest first, to the leaf
-//!   (`leaf::Settle`, which needs nothing of the tree).
+//!   find it. A flush drains here only into a leaf the cache does not hold whole (one it holds
+//!   takes the flush at once, inline), so the leaf's block on the device is current: out of
+//!   the cache, or in it clean with a few basements (`NodeStore::on_device`; a leaf changed
+//!   and not yet written is drained inline). The thread reads that block and checks it (owner
+//!   and checksums); the writer only watches the leaf in the cache (`NodeStore::watch`: any
+//!   change marks a clean node dirty first). Runs the cache holds whole are copied; the others
+//!   the thread reads from the device itself and checks: a run that left the cache was written
+//!   first, and it is not freed while the drain holds it. The thread applies the messages,
+//!   oldest first, to the leaf (`leaf::Settle`, which needs nothing of the tree).
 //! - **Within the cache's budget.** What a queued drain holds (its messages decoded, its new
 //!   leaf) is taken from the cache's budget until its install (`Job::charge`), as the
 //!   LSM-tree's memtable is; a drain that would take the queued ones past half the budget
@@ -27,16 +28,13 @@
 //!   under way; the parent is found again from the root by a key of the leaf's), or in a
 //!   stall, where the flush holds the parent; not by reads, whose failures do not poison the
 //!   database (a write's do, and the log replays). The result is kept only if the parent still
-//!   lists the leaf with those runs first and the leaf is as the drain read it (a watched leaf
-//!   untouched, a pinned one holding the same basement buffers). Then the runs spilled
-//!   meanwhile are applied to the new leaf too (a leaf that splits or merges must have no
-//!   runs: its pieces would not see them), all the runs are freed, the leaf replaced and its
-//!   shape fixed, as an inline drain does. Every read an install needs comes
-//!   before its first change, so a failed install leaves the tree as it was. A drain whose
-//!   leaf or runs changed is dropped and nothing changed: the runs still hold its messages.
-//!   The pin holds the leaf in the cache until the install, unless the cache is too small to
-//!   keep it within its budget between operations (`settle` lets it go, and the install then
-//!   drops the drain).
+//!   lists the leaf with those runs first and the leaf is untouched (neither marked dirty
+//!   nor freed since it was watched). Then the runs spilled meanwhile are applied to the new
+//!   leaf too (a leaf that splits or merges must have no runs: its pieces would not see them),
+//!   all the runs are freed, the leaf replaced and its shape fixed, as an inline drain does.
+//!   Every read an install needs comes before its first change, so a failed install leaves the
+//!   tree as it was. A drain whose leaf or runs changed is dropped and nothing changed: the
+//!   runs still hold its messages.
 //! - **Merges** (`offload_merge`) go the same way: the segment is spilled, the runs from the
 //!   merge's index on are handed over (copied or read on the thread), and the thread merges them
 //!   and builds the new run's filter. The install puts the merged run in place of exactly those
@@ -106,43 +104,19 @@ struct Job {
 }
 
 enum Kind {
-    Drain(Held),
+    /// A drain of a leaf the thread reads, watched in the cache (`NodeStore::watch`): whether
+    /// it is untouched, once the job is dequeued.
+    Drain { untouched: bool },
     /// A merge of the leaf's runs from this index on into one (`policy::Flush::Merge`).
-    Merge {
-        from: usize,
-    },
+    Merge { from: usize },
 }
 
-/// How a drain knows at install that its leaf did not change meanwhile.
-enum Held {
-    /// A leaf the cache held whole: its clone went to the thread, and it is pinned.
-    Pinned {
-        /// The leaf as the drain read it (its basements' buffers shared with the tree's).
-        was: Leaf,
-        /// The leaf, pinned so that the cache keeps it (as it was, if nothing changed it)
-        /// until the install.
-        pin: Option<Pin<Block>>,
-    },
-    /// A leaf out of the cache, read by the thread: watched in the cache (`NodeStore::watch`),
-    /// and whether it is untouched, once the job is dequeued.
-    Watched { untouched: bool },
-}
-
-/// Work for the thread: a drain (its leaf and its runs, oldest first) or, without a leaf, a
-/// merge of the runs into one.
+/// Work for the thread: a drain (its leaf's block, current on the device, and its runs,
+/// oldest first) or, without a leaf, a merge of the runs into one.
 struct Task {
     child: NodeId,
-    leaf: Option<LeafSrc>,
+    leaf: Option<Extent>,
     runs: Vec<RunSrc>,
-}
-
-/// A drain's leaf as the thread gets it.
-enum LeafSrc {
-    /// The cache held it whole: a clone (basements' buffers shared).
-    Copied(Leaf),
-    /// It was not in the cache, so its block on the device is the tree's leaf: read and checked
-    /// by the thread.
-    OnDevice(Extent),
 }
 
 /// A run as the thread gets it.
@@ -208,8 +182,7 @@ pub(super) fn read_run(dev: &dyn Device, id: NodeId, ext: Extent) -> Result<Vec<
 fn work(geo: Geometry, dev: &dyn Device, task: Task, scratch: &mut Scratch) -> Result<Outcome> {
     let leaf = match task.leaf {
         None => None,
-        Some(LeafSrc::Copied(leaf)) => Some(leaf),
-        Some(LeafSrc::OnDevice(ext)) => match read_block(dev, task.child, ext)? {
+        Some(ext) => match read_block(dev, task.child, ext)? {
             Block::Leaf(leaf) => Some(leaf),
             _ => {
                 return Err(Error::corruption(
@@ -303,7 +276,7 @@ impl Drainer {
     /// Take leaf `child`'s drain out of the queue, and its charge off the cache's budget.
     fn dequeue(&mut self, child: NodeId, store: &mut NodeStore<Block>) -> Job {
         let mut job = self.queued.remove(&child).expect("queued");
-        if let Kind::Drain(Held::Watched { untouched }) = &mut job.kind {
+        if let Kind::Drain { untouched } = &mut job.kind {
             *untouched = store.unwatch(child);
         }
         self.charged -= job.charge;
@@ -354,28 +327,12 @@ pub(super) fn held_room(runs: &[u32], incoming: usize, node_size: usize) -> bool
     runs.len() < 2 * MAX_RUNS && bytes as f64 <= 2.0 * RUN_BUDGET * node_size as f64
 }
 
-fn same_buffers(a: &Leaf, b: &Leaf) -> bool {
-    a.bases.len() == b.bases.len()
-        && a.bases
-            .iter()
-            .zip(&b.bases)
-            .all(|(x, y)| match (&x.data, &y.data) {
-                (Some(x), Some(y)) => x.same_buffer(y),
-                _ => false,
-            })
-}
-
 impl BeTree {
     /// Whether leaf `id`'s drain is with the thread.
     pub(super) fn draining(&self, id: NodeId) -> bool {
         self.drainer
             .as_ref()
             .is_some_and(|d| d.queued.contains_key(&id))
-    }
-
-    /// Whether any drain is with the thread.
-    pub(super) fn drains_queued(&self) -> bool {
-        self.drainer.as_ref().is_some_and(|d| !d.queued.is_empty())
     }
 
     /// Whether a drain can go to the thread now.
@@ -391,53 +348,12 @@ impl BeTree {
     /// becomes a run, and the leaf's runs go to the thread with the leaf.
     pub(super) fn offload(&mut self, parent: &Pin<Block>, j: usize, depth: u32) -> Result<()> {
         let child_id = internal(&parent.read()).children[j];
-        if !self.store.is_resident(child_id) {
-            return self.offload_unread(parent, j, child_id, depth);
-        }
-        let child = self.store.get(child_id)?;
-        self.load_all(&child)?;
-        let was = match &*child.read() {
-            Block::Leaf(l) => l.clone(),
-            _ => return Err(self.corrupt(child_id, "a leaf was expected below".into())),
-        };
-        let leaf_bytes: usize = was.bases.iter().map(|b| b.bytes).sum();
-        let charge = 3 * self.runs_and_segment_bytes(parent, j, 0) + leaf_bytes;
-        if !self.room_for(charge)? {
+        if !self.store.on_device(child_id) {
+            // Changed in the cache and not written since (a flush does not reach here for a
+            // leaf the cache holds whole, so this is rare): the writer drains it.
+            let child = self.store.get(child_id)?;
             return self.drain(parent, j, child, depth);
         }
-        self.spill(parent, j)?;
-        let ids = self.run_ids(parent, j, 0);
-        let Some((runs, key)) = self.run_sources(&ids)? else {
-            return self.drain(parent, j, child, depth);
-        };
-        let kind = Kind::Drain(Held::Pinned {
-            was: was.clone(),
-            pin: Some(child),
-        });
-        let leaf = Some(LeafSrc::Copied(was));
-        self.hand_over(
-            child_id,
-            leaf,
-            runs,
-            Job {
-                runs: ids,
-                key,
-                kind,
-                charge,
-            },
-        );
-        Ok(())
-    }
-
-    /// `offload` of a leaf the cache does not hold: the thread reads it too, and the writer
-    /// watches it (`NodeStore::watch`) instead of holding a copy.
-    fn offload_unread(
-        &mut self,
-        parent: &Pin<Block>,
-        j: usize,
-        child_id: NodeId,
-        depth: u32,
-    ) -> Result<()> {
         let ext = self.store.pager().extent(child_id).ok_or_else(|| {
             self.corrupt(
                 child_id,
@@ -457,11 +373,10 @@ impl BeTree {
         };
         self.store.watch(child_id);
         self.drains.leaves_read += 1;
-        let kind = Kind::Drain(Held::Watched { untouched: true });
-        let leaf = Some(LeafSrc::OnDevice(ext));
+        let kind = Kind::Drain { untouched: true };
         self.hand_over(
             child_id,
-            leaf,
+            Some(ext),
             runs,
             Job {
                 runs: ids,
@@ -567,7 +482,7 @@ impl BeTree {
     }
 
     /// Send a job to the thread and queue it, its charge taken from the cache's budget.
-    fn hand_over(&mut self, child: NodeId, leaf: Option<LeafSrc>, runs: Vec<RunSrc>, job: Job) {
+    fn hand_over(&mut self, child: NodeId, leaf: Option<Extent>, runs: Vec<RunSrc>, job: Job) {
         let on_device = runs
             .iter()
             .filter(|r| matches!(r, RunSrc::OnDevice { .. }))
@@ -677,7 +592,9 @@ impl BeTree {
         depth: u32,
     ) -> Result<()> {
         match job.kind {
-            Kind::Drain(held) => self.install_drain(parent, j, child, &job.runs, held, out, depth),
+            Kind::Drain { untouched } => {
+                self.install_drain(parent, j, child, &job.runs, untouched, out, depth)
+            }
             Kind::Merge { from } => self.install_merge(parent, j, child, &job.runs, from, out),
         }
     }
@@ -750,7 +667,7 @@ impl BeTree {
         j: usize,
         child: NodeId,
         ids: &[NodeId],
-        held: Held,
+        untouched: bool,
         out: Result<Outcome>,
         depth: u32,
     ) -> Result<()> {
@@ -761,22 +678,8 @@ impl BeTree {
                 && n.runs[j].len() >= ids.len()
                 && n.runs[j].iter().zip(ids).all(|(r, &id)| r.id == id)
         };
-        let same = listed
-            && match held {
-                // The job's pin keeps the leaf in the cache unless it was freed (merged away)
-                // or the pin given up (`unpin_drains`); a leaf that changed holds other
-                // buffers than the ones the drain read.
-                Held::Pinned { was, .. } => {
-                    self.store.is_resident(child)
-                        && match &*self.store.get(child)?.read() {
-                            Block::Leaf(l) => same_buffers(l, &was),
-                            _ => false,
-                        }
-                }
-                // Neither marked dirty nor freed: the block the thread read is the leaf.
-                Held::Watched { untouched } => untouched,
-            };
-        if !same {
+        // Neither marked dirty nor freed since: the block the thread read is the leaf.
+        if !listed || !untouched {
             self.drains.dropped += 1;
             return Ok(());
         }
@@ -826,18 +729,6 @@ impl BeTree {
         self.drains.offloaded += 1;
         self.fix_child(parent, j, pin)
     }
-
-    /// Let the cache evict the leaves of running drains (whose installs then drop them): for a
-    /// cache too small to hold them within its budget between operations.
-    pub(super) fn unpin_drains(&mut self) {
-        if let Some(d) = self.drainer.as_mut() {
-            for job in d.queued.values_mut() {
-                if let Kind::Drain(Held::Pinned { pin, .. }) = &mut job.kind {
-                    *pin = None;
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -851,8 +742,6 @@ mod tests {
         tree: BeTree,
         model: BTreeMap<Vec<u8>, Vec<u8>>,
         seed: u64,
-        /// Point queries after each batch.
-        reads: bool,
     }
 
     impl Load {
@@ -862,13 +751,6 @@ mod tests {
 
         fn with_merge(merge: Option<Arc<dyn MergeOperator>>) -> Load {
             Load::with(64 << 10, 8, merge)
-        }
-
-        /// Nodes of 256 KiB, which the cache loads a part at a time (`node::WHOLE_READ_MAX`),
-        /// so that a leaf the point queries touched is in the cache but not whole: its drain
-        /// loads it and clones it for the thread (`Held::Pinned`).
-        fn partial() -> Load {
-            Load::with(256 << 10, 8, None)
         }
 
         /// Fanout 32: flushes of 2 KiB, so that the count of a leaf's runs binds before their
@@ -883,7 +765,6 @@ mod tests {
                 tree,
                 model: BTreeMap::new(),
                 seed: 0x9e37_79b9_7f4a_7c15,
-                reads: node > node::WHOLE_READ_MAX as usize,
             }
         }
 
@@ -924,25 +805,12 @@ mod tests {
             }
             self.tree.apply_batch(ops).unwrap();
             self.tree.settle().unwrap();
-            if self.reads {
-                // Point queries: leaves come into the cache a basement at a time.
-                for _ in 0..20 {
-                    self.seed ^= self.seed << 13;
-                    self.seed ^= self.seed >> 7;
-                    self.seed ^= self.seed << 17;
-                    let at = format!("{:012x}", self.seed >> 16).into_bytes();
-                    if let Some(k) = self.model.range(at..).next().map(|(k, _)| k.clone()) {
-                        self.tree.get(&k).unwrap();
-                        self.tree.settle().unwrap();
-                    }
-                }
-            }
         }
 
         /// Batches until a drain is with the thread; from then on the test decides when
         /// jobs are installed. The drain's leaf.
         fn until_offloaded(&mut self) -> NodeId {
-            self.until_queued(|k| matches!(k, Kind::Drain(_)))
+            self.until_queued(|k| matches!(k, Kind::Drain { .. }))
         }
 
         /// Batches until a job of a kind `want` takes is with the thread, as
@@ -1057,26 +925,11 @@ mod tests {
     }
 
     /// A drain whose leaf changed while it ran is dropped at install and changes nothing: its
-    /// runs still hold its messages, and a later drain takes them. Both for a leaf the cache
-    /// held (pinned, its buffers compared) and for one the thread read (watched).
+    /// runs still hold its messages, and a later drain takes them.
     #[test]
     fn a_drain_whose_leaf_changed_meanwhile_is_dropped() {
-        for watched in [false, true] {
-            leaf_changed_meanwhile(watched);
-        }
-    }
-
-    fn leaf_changed_meanwhile(watched: bool) {
-        let mut l = if watched {
-            Load::new()
-        } else {
-            Load::partial()
-        };
-        let child = l.until_queued(|k| match k {
-            Kind::Drain(Held::Watched { .. }) => watched,
-            Kind::Drain(Held::Pinned { .. }) => !watched,
-            Kind::Merge { .. } => false,
-        });
+        let mut l = Load::new();
+        let child = l.until_offloaded();
         let key = l.job(child).key.clone();
         // A key next to one the drain holds, in the leaf's range and in no message: given
         // to the leaf directly, as an inline drain or a merge with a sibling would change it.

@@ -538,15 +538,7 @@ impl Engine for BeTree {
     }
 
     fn settle(&mut self) -> Result<()> {
-        self.store.evict_to_budget()?;
-        let c = self.store.stats();
-        if c.resident_bytes > c.budget_bytes && self.drains_queued() {
-            // The leaves pinned for running drains hold the cache over its budget (a cache of a
-            // few nodes): let them go.
-            self.unpin_drains();
-            self.store.evict_to_budget()?;
-        }
-        Ok(())
+        self.store.evict_to_budget()
     }
 
     fn relocate_tail(&mut self) -> Result<u64> {
