@@ -103,6 +103,17 @@ struct Job {
     charge: usize,
 }
 
+impl Job {
+    fn new(runs: Vec<NodeId>, key: Vec<u8>, kind: Kind, charge: usize) -> Job {
+        Job {
+            runs,
+            key,
+            kind,
+            charge,
+        }
+    }
+}
+
 enum Kind {
     /// A drain of a leaf the thread reads, watched in the cache (`NodeStore::watch`): whether
     /// it is untouched, once the job is dequeued.
@@ -374,17 +385,8 @@ impl BeTree {
         self.store.watch(child_id);
         self.drains.leaves_read += 1;
         let kind = Kind::Drain { untouched: true };
-        self.hand_over(
-            child_id,
-            Some(ext),
-            runs,
-            Job {
-                runs: ids,
-                key,
-                kind,
-                charge,
-            },
-        );
+        let job = Job::new(ids, key, kind, charge);
+        self.hand_over(child_id, Some(ext), runs, job);
         Ok(())
     }
 
@@ -416,17 +418,8 @@ impl BeTree {
             return self.merge_runs(parent, j, from);
         };
         let kind = Kind::Merge { from };
-        self.hand_over(
-            child_id,
-            None,
-            runs,
-            Job {
-                runs: ids,
-                key,
-                kind,
-                charge,
-            },
-        );
+        let job = Job::new(ids, key, kind, charge);
+        self.hand_over(child_id, None, runs, job);
         Ok(())
     }
 
