@@ -52,7 +52,7 @@ impl BeTree {
             _ => r.u64().map_err(field)?,
         };
         Ok(BeTree {
-            store: NodeStore::new(pager, cache_bytes),
+            store: node_store(pager, cache_bytes),
             merge,
             geo,
             origin,
