@@ -291,8 +291,9 @@ impl Subject for Strata {
         let geometry = match self.kind {
             Kind::BeTree => match auto() {
                 Ok((g, origin)) => format!(
-                    "Bε-tree, {} KiB nodes, fanout {}, {} KiB basements ({}); drains of leaves \
-                     out of the cache on a thread of their own",
+                    "Bε-tree, {} KiB nodes, fanout {}, {} KiB basements ({}); drains and \
+                     merges of the runs of leaves out of the cache on a thread of their own; \
+                     the data file written out every MiB (sync_file_range)",
                     g.node_size >> 10,
                     g.fanout,
                     g.basement >> 10,
