@@ -38,11 +38,13 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::codec::Reader;
 use crate::db::{Db, DATA_FILE, WAL_FILE, WAL_FILE_2};
 use crate::engine::Engine;
+use crate::engines::betree::basement::Basement;
 use crate::engines::betree::{self, BeTree};
 use crate::engines::btree::node::decode_entries;
 use crate::engines::btree::{self, BTree};
 use crate::engines::lsm::{self, Lsm};
 use crate::error::{Error, Result};
+use crate::kv::msg::Encoding;
 use crate::kv::Val;
 use crate::kv::{Op, WriteBatch};
 use crate::options::{Durability, Options};
@@ -686,6 +688,7 @@ fn raw_scan(data: &dyn Device, out: &mut Sink<'_>, damage: &mut Vec<Damage>) -> 
             kind::BLOB
                 | btree::node::KIND_LEAF
                 | betree::node::KIND_LEAF
+                | betree::node::KIND_LEAF_COMPACT
                 | betree::node::KIND_INTERNAL
                 | betree::node::KIND_RUN
                 | betree::node::KIND_INTERNAL_COMPACT
@@ -723,7 +726,8 @@ fn raw_scan(data: &dyn Device, out: &mut Sink<'_>, damage: &mut Vec<Damage>) -> 
             }
             _ => {
                 scan.leaves += 1;
-                raw_basements(data, here, payload, &mut entries)?;
+                let enc = betree::node::segment_encoding(kind);
+                raw_basements(data, here, payload, enc, &mut entries)?;
             }
         }
         for (ks, vs) in entries {
@@ -800,6 +804,7 @@ fn raw_basements(
     data: &dyn Device,
     at: u64,
     head: &[u8],
+    enc: Encoding,
     out: &mut Vec<(crate::kv::Keys, Vec<Val>)>,
 ) -> Result<()> {
     let mut r = Reader::new(head);
@@ -818,7 +823,7 @@ fn raw_basements(
         if xxh3_64(&part) != sum {
             continue;
         }
-        if let Ok(e) = decode_entries(&mut Reader::new(&part)) {
+        if let Ok(e) = Basement::entries(&part, enc) {
             out.push(e);
         }
     }

@@ -40,8 +40,9 @@ type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 type Files = BTreeMap<String, Vec<u8>>;
 
 const WAL_1: &str = "strata.wal.1";
-const KIND_BE_LEAF: u8 = 18;
-// The kinds written today (segments in the compact encoding); 19 and 20 are still read.
+// The kinds written today (segments and basements in the compact encoding); 18, 19 and 20 are
+// still read.
+const KIND_BE_LEAF: u8 = 32;
 const KIND_BE_INTERNAL: u8 = 29;
 const KIND_RUN: u8 = 30;
 

@@ -207,8 +207,9 @@ fn btree_checkpoint_write_back_when_leaves_are_cached() {
 fn hand_betree(cache: u64) -> PredictInput {
     // 64 KiB nodes, fanout 8, 4 KiB basements, 8-byte keys and values, fill 1:
     // internal head 28 + 8·(30 + 8) = 332 B, buffer 65204 B, segment 8150.5 → 8 KiB read;
-    // leaf (65536 − 28) / 23 = 2848 records; 64 leaves → levels 1, 8, 64.
-    let mut p = PredictInput::new(64 << 10, 2848 * 64, 8, 8, cache);
+    // leaf (65536 − 28) / 18 = 3639 records (8 + 8 bytes and two length varints); 64 leaves →
+    // levels 1, 8, 64.
+    let mut p = PredictInput::new(64 << 10, 3639 * 64, 8, 8, cache);
     p.fanout = Some(8);
     p.basement_bytes = 4096;
     p.fill = 1.0;
@@ -244,15 +245,15 @@ fn betree_prediction_hand_computed() {
     assert_eq!(cold.point.reads, 4.0);
     assert_eq!(cold.point.read_bytes, 4096.0 + 8192.0 + 4096.0 + 4096.0);
 
-    // A range of 1 + 2848 records reaches the next leaf: its parent's segment and the records'
+    // A range of 1 + 3639 records reaches the next leaf: its parent's segment and the records'
     // remaining bytes.
     let mut r = hand_betree(heads + 65204);
-    r.range_items = 2849;
+    r.range_items = 3640;
     let rp = predict::betree_paper(&r, &m);
     assert_eq!(rp.range.reads, 4.0);
     assert!(close(
         rp.range.read_bytes,
-        12288.0 + 8192.0 + (2849.0 * 23.0 - 4096.0),
+        12288.0 + 8192.0 + (3640.0 * 18.0 - 4096.0),
         1e-12
     ));
 }

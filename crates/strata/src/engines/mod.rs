@@ -31,6 +31,7 @@ mod tests {
             super::btree::node::KIND_LEAF,
             super::btree::node::KIND_INTERNAL,
             super::betree::node::KIND_LEAF,
+            super::betree::node::KIND_LEAF_COMPACT,
             super::betree::node::KIND_INTERNAL,
             super::betree::node::KIND_RUN,
             super::betree::node::KIND_INTERNAL_COMPACT,

@@ -59,9 +59,10 @@ pub struct Msg {
 }
 
 /// How messages and segments are laid out in bytes (module doc).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Encoding {
     /// Varint sequence numbers and lengths: what is written.
+    #[default]
     Compact,
     /// Fixed-width sequence numbers and lengths: the older format, still read.
     Fixed,

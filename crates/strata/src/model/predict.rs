@@ -33,6 +33,13 @@ pub const BLOCK_HEADER: usize = 24;
 /// value (or an 8-byte blob id).
 pub const BT_LEAF_FIXED: f64 = 4.0;
 pub const BT_LEAF_ENTRY: f64 = 7.0;
+/// betree/basement.rs: a Bε-tree leaf entry has a varint of its key's length (shifted left
+/// by one, for the blob bit) and one of its value's length before key and value: 2 bytes for
+/// keys under 64 bytes and values under 128.
+pub fn be_leaf_entry_overhead(key: f64, value: f64) -> f64 {
+    let varint = |x: f64| ((64 - (x.max(1.0) as u64).leading_zeros()) as f64 / 7.0).ceil();
+    varint(2.0 * key + 1.0) + varint(value)
+}
 /// btree/node.rs: internal payload = count u32 + child0 u64, then per separator klen u16 + key +
 /// child u64.
 pub const BT_INTERNAL_FIXED: f64 = 12.0;
@@ -559,7 +566,7 @@ fn betree_with(inp: &PredictInput, m: &Affine, account: Account) -> (Prediction,
     let (k, v) = (inp.key_bytes as f64, inp.value_bytes as f64);
     let fanout = inp.fanout.unwrap_or(16).max(2) as f64;
     let basement = (inp.basement_bytes.max(PAGE) as f64).min(b);
-    let record = BT_LEAF_ENTRY + k + v;
+    let record = be_leaf_entry_overhead(k, v) + k + v;
     let message = BE_MESSAGE_OVERHEAD + k + v;
     let internal_header = BE_HEADER_FIXED + fanout * (BE_PIVOT_OVERHEAD + k);
     let heap = if inp.heap_accounting { 1.0 } else { 0.0 };

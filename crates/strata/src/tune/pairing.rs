@@ -79,9 +79,29 @@ fn the_betree_cache_charges() {
     }
     assert_eq!(
         b.heap_bytes() as f64,
-        n as f64 * (predict::BT_LEAF_ENTRY + (k + v) as f64 + predict::BE_LEAF_ENTRY_HEAP)
+        n as f64
+            * (predict::be_leaf_entry_overhead(k as f64, v as f64)
+                + (k + v) as f64
+                + predict::BE_LEAF_ENTRY_HEAP)
     );
     assert_eq!(predict::BE_BASEMENT_CACHE, BASEMENT_OVERHEAD as f64);
+    // The entry's lengths, priced as the basement encodes them, across the varints' steps.
+    for (k, v) in [
+        (0, 0),
+        (16, 100),
+        (63, 127),
+        (64, 128),
+        (300, 16_383),
+        (8, 16_384),
+    ] {
+        let entry =
+            crate::engines::betree::basement::entry_len(&vec![0; k], &Val::Inline(vec![0; v]));
+        assert_eq!(
+            entry as f64,
+            predict::be_leaf_entry_overhead(k as f64, v as f64) + (k + v) as f64,
+            "key {k} value {v}"
+        );
+    }
     assert_eq!(predict::CACHE_ENTRY, MESSAGE_OVERHEAD as f64);
 }
 

@@ -7,23 +7,33 @@
 //! vectors whatever its size, and writing one back is a copy of `data`.
 //!
 //! ```text
-//! entry: key length u16, tag u8 (0 inline, 1 blob), value length u32, key,
-//!        value (inline) or blob id u64 (blob)
+//! entry (compact, written today): key length << 1 | blob varint, value length varint, key,
+//!                                 value (inline) or blob id u64 (blob; the length is the
+//!                                 blob's)
+//! entry (fixed, leaves of the older kind, still read): key length u16, tag u8 (0 inline,
+//!                                 1 blob), value length u32, key, value or blob id u64
 //! ```
-//! Invariants: `data` is exactly the entries, back to back, keys strictly increasing;
-//! `offs[i]` is where entry i starts and `heads[i] == keys::head(key(i))`.
+//! A 16-byte key with a 100-byte value takes 2 bytes of lengths compact, 7 fixed: 4% of the
+//! leaf level's bytes, on disk, in the cache and in every leaf write.
+//!
+//! Invariants: `data` is exactly the entries, compact, back to back, keys strictly increasing
+//! (a basement read in the fixed encoding is re-encoded as it is decoded); `offs[i]` is where
+//! entry i starts and `heads[i] == keys::head(key(i))`.
 //!
 //! `data` is reference-counted so that a checkpoint can write it from another thread without a
 //! copy (`shared_data`): a change to a basement whose bytes a checkpoint still holds copies them
 //! first (`Arc::make_mut`), so the checkpoint writes the bytes as they were.
 
-use crate::codec::Reader;
-use crate::kv::{head, Val};
+use crate::codec::{varint_len, Reader};
+use crate::kv::msg::Encoding;
+use crate::kv::{head, Keys, Val};
 use crate::storage::NodeId;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-/// Bytes of an entry's fixed fields (key length, tag, value length).
+/// The fewest bytes an entry takes (compact: two one-byte lengths, an empty key and value).
+const MIN_ENTRY: usize = 2;
+/// Bytes of a fixed entry's lengths and tag.
 const FIXED: usize = 7;
 
 /// A value as it lies in a basement, borrowed.
@@ -57,9 +67,23 @@ impl<'a> From<&'a Val> for ValRef<'a> {
     }
 }
 
+/// An entry's two lengths as written: the key's with the blob bit, and the value's.
+fn lengths(klen: usize, val: &Val) -> (u64, u64) {
+    match val {
+        Val::Inline(b) => ((klen as u64) << 1, b.len() as u64),
+        Val::Blob { len, .. } => ((klen as u64) << 1 | 1, *len as u64),
+    }
+}
+
+/// Bytes of an entry's lengths.
+fn header_len(klen: usize, val: &Val) -> usize {
+    let (k, v) = lengths(klen, val);
+    varint_len(k) + varint_len(v)
+}
+
 /// Encoded bytes of one entry.
 pub fn entry_len(key: &[u8], val: &Val) -> usize {
-    FIXED + key.len() + val.encoded_len()
+    header_len(key.len(), val) + key.len() + val.encoded_len()
 }
 
 fn encode_entry(key: &[u8], val: &Val, out: &mut Vec<u8>) {
@@ -70,20 +94,70 @@ fn encode_entry(key: &[u8], val: &Val, out: &mut Vec<u8>) {
 
 /// Write an entry into `dst`, which is exactly `entry_len` bytes.
 fn write_entry(dst: &mut [u8], key: &[u8], val: &Val) {
-    let (fixed, rest) = dst.split_at_mut(FIXED);
-    write_fixed(fixed, key.len(), val);
-    rest[..key.len()].copy_from_slice(key);
-    write_value(&mut rest[key.len()..], val);
+    let h = write_header(dst, key.len(), val);
+    dst[h..h + key.len()].copy_from_slice(key);
+    write_value(&mut dst[h + key.len()..], val);
 }
 
-fn write_fixed(dst: &mut [u8], klen: usize, val: &Val) {
-    let (tag, len) = match val {
-        Val::Inline(b) => (0u8, b.len() as u32),
-        Val::Blob { len, .. } => (1, *len),
-    };
-    dst[..2].copy_from_slice(&(klen as u16).to_le_bytes());
-    dst[2] = tag;
-    dst[3..7].copy_from_slice(&len.to_le_bytes());
+/// Write an entry's lengths at the start of `dst`; their length.
+fn write_header(dst: &mut [u8], klen: usize, val: &Val) -> usize {
+    let (k, v) = lengths(klen, val);
+    let n = put_varint_at(dst, k);
+    n + put_varint_at(&mut dst[n..], v)
+}
+
+fn put_varint_at(dst: &mut [u8], mut v: u64) -> usize {
+    let mut i = 0;
+    while v >= 0x80 {
+        dst[i] = v as u8 | 0x80;
+        v >>= 7;
+        i += 1;
+    }
+    dst[i] = v as u8;
+    i + 1
+}
+
+/// A varint of `data` at `at`, which the basement wrote or checked when it decoded it.
+#[inline]
+fn varint_at(data: &[u8], at: &mut usize) -> u64 {
+    let b = data[*at];
+    *at += 1;
+    if b < 0x80 {
+        return b as u64;
+    }
+    let mut v = (b & 0x7f) as u64;
+    let mut shift = 7;
+    loop {
+        let b = data[*at];
+        *at += 1;
+        v |= ((b & 0x7f) as u64) << shift;
+        if b < 0x80 {
+            return v;
+        }
+        shift += 7;
+    }
+}
+
+/// Where entry parts lie in `data`, for the entry starting at `o`.
+struct Layout {
+    /// Where the key starts (the lengths end).
+    key: usize,
+    klen: usize,
+    blob: bool,
+    vlen: u64,
+}
+
+#[inline]
+fn layout(data: &[u8], o: usize) -> Layout {
+    let mut at = o;
+    let k = varint_at(data, &mut at);
+    let vlen = varint_at(data, &mut at);
+    Layout {
+        key: at,
+        klen: (k >> 1) as usize,
+        blob: k & 1 == 1,
+        vlen,
+    }
 }
 
 fn write_value(dst: &mut [u8], val: &Val) {
@@ -143,23 +217,20 @@ impl Basement {
     }
 
     pub fn key(&self, i: usize) -> &[u8] {
-        let o = self.start(i);
-        let klen = u16::from_le_bytes([self.data[o], self.data[o + 1]]) as usize;
-        &self.data[o + FIXED..o + FIXED + klen]
+        let l = layout(&self.data, self.start(i));
+        &self.data[l.key..l.key + l.klen]
     }
 
     pub fn val(&self, i: usize) -> ValRef<'_> {
-        let o = self.start(i);
-        let d = &self.data[o..self.end(i)];
-        let klen = u16::from_le_bytes([d[0], d[1]]) as usize;
-        let vlen = u32::from_le_bytes([d[3], d[4], d[5], d[6]]);
-        let body = &d[FIXED + klen..];
-        match d[2] {
-            0 => ValRef::Inline(body),
-            _ => ValRef::Blob {
+        let l = layout(&self.data, self.start(i));
+        let body = &self.data[l.key + l.klen..self.end(i)];
+        if l.blob {
+            ValRef::Blob {
                 id: u64::from_le_bytes(body[..8].try_into().expect("8 bytes")),
-                len: vlen,
-            },
+                len: l.vlen as u32,
+            }
+        } else {
+            ValRef::Inline(body)
         }
     }
 
@@ -246,13 +317,27 @@ impl Basement {
     /// Give entry i the value `val`.
     pub fn set(&mut self, i: usize, val: &Val) {
         let (at, end) = (self.start(i), self.end(i));
-        let klen = self.key(i).len();
-        let len = FIXED + klen + val.encoded_len();
-        self.open_gap(at, end - at, len);
-        // The key stays where it was: only the fixed fields and the value are rewritten.
-        let (fixed, rest) = self.data_mut()[at..at + len].split_at_mut(FIXED);
-        write_fixed(fixed, klen, val);
-        write_value(&mut rest[klen..], val);
+        let l = layout(&self.data, at);
+        let (old_key, klen) = (l.key - at, l.klen);
+        let new_key = header_len(klen, val);
+        let len = new_key + klen + val.encoded_len();
+        // The key is moved within the entry only when the lengths' bytes change size: before
+        // the entry shrinks (its old span still holds both places), after it grows.
+        let move_key = |data: &mut Vec<u8>| {
+            if new_key != old_key {
+                data.copy_within(at + old_key..at + old_key + klen, at + new_key);
+            }
+        };
+        if len < end - at {
+            move_key(self.data_mut());
+            self.open_gap(at, end - at, len);
+        } else {
+            self.open_gap(at, end - at, len);
+            move_key(self.data_mut());
+        }
+        let dst = &mut self.data_mut()[at..at + len];
+        write_header(dst, klen, val);
+        write_value(&mut dst[new_key + klen..], val);
         if len != end - at {
             for o in &mut self.offs[i + 1..] {
                 *o = (*o as usize + len - (end - at)) as u32;
@@ -342,12 +427,20 @@ impl Basement {
         (self.len() as u32).to_le_bytes()
     }
 
-    /// A basement from its encoding, checking every length, tag and the key order.
-    pub fn decode(p: &[u8]) -> std::result::Result<Basement, String> {
+    /// A basement from its encoding, checking every length, tag and the key order; a fixed
+    /// one is re-encoded compact.
+    pub fn decode(p: &[u8], enc: Encoding) -> std::result::Result<Basement, String> {
+        match enc {
+            Encoding::Compact => Basement::decode_compact(p),
+            Encoding::Fixed => Basement::decode_fixed(p),
+        }
+    }
+
+    fn decode_compact(p: &[u8]) -> std::result::Result<Basement, String> {
         let mut r = Reader::new(p);
         let n = r.u32()? as usize;
         let body = &p[4..];
-        let cap = r.capacity(n, FIXED);
+        let cap = r.capacity(n, MIN_ENTRY);
         let mut b = Basement {
             data: Arc::default(),
             offs: Vec::with_capacity(cap),
@@ -356,14 +449,19 @@ impl Basement {
         let mut prev: Option<&[u8]> = None;
         for _ in 0..n {
             let start = r.position() - 4;
-            let klen = r.u16()? as usize;
-            let tag = r.u8()?;
-            let vlen = r.u32()? as usize;
-            let key = r.bytes(klen)?;
-            match tag {
-                0 => r.bytes(vlen).map(|_| ())?,
-                1 => r.u64().map(|_| ())?,
-                t => return Err(format!("unknown value tag {t}")),
+            let k = r.varint()?;
+            let vlen = r.varint()?;
+            if k >> 1 > u16::MAX as u64 || vlen > u32::MAX as u64 {
+                return Err(format!(
+                    "an entry's lengths {} and {vlen} are too long",
+                    k >> 1
+                ));
+            }
+            let key = r.bytes((k >> 1) as usize)?;
+            if k & 1 == 1 {
+                r.u64()?;
+            } else {
+                r.bytes(vlen as usize)?;
             }
             if prev.is_some_and(|p| p >= key) {
                 return Err("entries out of order".into());
@@ -374,6 +472,49 @@ impl Basement {
         }
         r.finish()?;
         b.data = Arc::new(body.to_vec());
+        Ok(b)
+    }
+
+    /// The entries of an encoded basement as keys and values (for salvage, which reads blocks
+    /// without a tree).
+    pub fn entries(p: &[u8], enc: Encoding) -> std::result::Result<(Keys, Vec<Val>), String> {
+        let b = Basement::decode(p, enc)?;
+        let mut keys = Keys::default();
+        let vals = b
+            .iter()
+            .map(|(k, v)| {
+                keys.push(k.to_vec());
+                v.to_val()
+            })
+            .collect();
+        Ok((keys, vals))
+    }
+
+    /// A basement written in the fixed encoding (leaves of the older kind), re-encoded.
+    fn decode_fixed(p: &[u8]) -> std::result::Result<Basement, String> {
+        let mut r = Reader::new(p);
+        let n = r.u32()? as usize;
+        let cap = r.capacity(n, FIXED);
+        let mut b = Basement::with_capacity(cap, p.len());
+        for _ in 0..n {
+            let klen = r.u16()? as usize;
+            let tag = r.u8()?;
+            let vlen = r.u32()?;
+            let key = r.bytes(klen)?;
+            let val = match tag {
+                0 => Val::Inline(r.bytes(vlen as usize)?.to_vec()),
+                1 => Val::Blob {
+                    id: r.u64()?,
+                    len: vlen,
+                },
+                t => return Err(format!("unknown value tag {t}")),
+            };
+            if b.last_key().is_some_and(|l| l >= key) {
+                return Err("entries out of order".into());
+            }
+            b.push(key, &val);
+        }
+        r.finish()?;
         Ok(b)
     }
 }
@@ -436,7 +577,7 @@ mod tests {
         let mut enc = Vec::new();
         b.encode(&mut enc);
         assert_eq!(enc.len(), b.encoded_len());
-        assert_eq!(Basement::decode(&enc).unwrap(), b);
+        assert_eq!(Basement::decode(&enc, Encoding::Compact).unwrap(), b);
 
         // Split and rejoin at every position, and rebuild entry by entry.
         for at in 0..=b.len() {
@@ -463,21 +604,126 @@ mod tests {
     }
 
     #[test]
-    fn decode_rejects_bad_tags_order_and_lengths() {
+    fn decode_rejects_bad_order_lengths_and_varints() {
         let mut b = Basement::default();
         b.push(b"a", &inline("1"));
         b.push(b"b", &inline("2"));
         let mut enc = Vec::new();
         b.encode(&mut enc);
-        let mut bad_tag = enc.clone();
-        bad_tag[4 + 2] = 7;
-        assert!(Basement::decode(&bad_tag).unwrap_err().contains("tag"));
+        let decode = |p: &[u8]| Basement::decode(p, Encoding::Compact);
+        assert_eq!(decode(&enc).unwrap(), b);
         let mut swapped = enc.clone();
-        swapped[4 + FIXED] = b'c';
-        assert!(Basement::decode(&swapped).unwrap_err().contains("order"));
-        assert!(Basement::decode(&enc[..enc.len() - 1]).is_err());
+        swapped[4 + MIN_ENTRY] = b'c';
+        assert!(decode(&swapped).unwrap_err().contains("order"));
+        assert!(decode(&enc[..enc.len() - 1]).is_err());
         let mut long = enc.clone();
         long.push(0);
-        assert!(Basement::decode(&long).is_err());
+        assert!(decode(&long).is_err());
+        // A length not in its shortest form (0x82 0x00 for 2) has a second encoding: refused.
+        let mut padded = enc[..4].to_vec();
+        padded.extend_from_slice(&[0x82, 0x00]);
+        padded.extend_from_slice(&enc[5..]);
+        assert!(decode(&padded).unwrap_err().contains("shortest"));
+    }
+
+    /// The compact encoding's bytes, pinned: a format change must be a new block kind.
+    #[test]
+    fn the_compact_encoding_is_pinned() {
+        let mut b = Basement::default();
+        b.push(b"k", &inline("v1"));
+        b.push(
+            b"long",
+            &Val::Blob {
+                id: 0x0102,
+                len: 300,
+            },
+        );
+        let mut enc = Vec::new();
+        b.encode(&mut enc);
+        let hex: String = enc.iter().map(|x| format!("{x:02x}")).collect();
+        // count 2; "k": key 1 << 1, value 2, key, value; "long": key 4 << 1 | 1 (a blob),
+        // length 300 as a varint (ac 02), key, blob id u64.
+        assert_eq!(
+            hex,
+            "0200000002026b7631 09ac026c6f6e670201000000000000".replace(' ', "")
+        );
+        assert_eq!(b.encoded_len(), enc.len());
+        assert_eq!(entry_len(b"k", &inline("v1")), 5);
+    }
+
+    #[test]
+    fn a_fixed_basement_is_read_and_re_encoded_compact() {
+        let entries: Vec<(&[u8], Val)> = vec![
+            (b"", inline("")),
+            (b"a", inline("one")),
+            (b"b", Val::Blob { id: 7, len: 70_000 }),
+            (b"c", inline(&"x".repeat(200))),
+        ];
+        let mut fixed = (entries.len() as u32).to_le_bytes().to_vec();
+        let mut compact = Basement::default();
+        for (k, v) in &entries {
+            let (tag, len) = match v {
+                Val::Inline(b) => (0u8, b.len() as u32),
+                Val::Blob { len, .. } => (1, *len),
+            };
+            fixed.extend_from_slice(&(k.len() as u16).to_le_bytes());
+            fixed.push(tag);
+            fixed.extend_from_slice(&len.to_le_bytes());
+            fixed.extend_from_slice(k);
+            match v {
+                Val::Inline(b) => fixed.extend_from_slice(b),
+                Val::Blob { id, .. } => fixed.extend_from_slice(&id.to_le_bytes()),
+            }
+            compact.push(k, v);
+        }
+        let read = Basement::decode(&fixed, Encoding::Fixed).unwrap();
+        assert_eq!(read, compact);
+        assert_eq!(
+            pairs(&read),
+            entries
+                .iter()
+                .map(|(k, v)| (k.to_vec(), v.clone()))
+                .collect::<Vec<_>>()
+        );
+        // 7 bytes of lengths per entry fixed, 2 to 4 compact.
+        assert_eq!(fixed.len() - read.encoded_len(), 4 * 7 - (2 + 2 + 4 + 3));
+        let mut bad_tag = fixed.clone();
+        bad_tag[4 + 2] = 7;
+        assert!(Basement::decode(&bad_tag, Encoding::Fixed)
+            .unwrap_err()
+            .contains("tag"));
+        assert!(Basement::decode(&fixed[..fixed.len() - 1], Encoding::Fixed).is_err());
+    }
+
+    #[test]
+    fn set_moves_the_key_when_the_lengths_change_size() {
+        // Values crossing 127 and 16383 bytes change the value length's varint size, both
+        // ways, and a blob's logical length can be larger than an inline value it replaces.
+        let sizes = [0usize, 1, 127, 128, 300, 16_383, 16_384, 5];
+        let mut b = Basement::default();
+        for k in [&b"a"[..], b"key-two", b"z"] {
+            b.push(k, &inline("seed"));
+        }
+        let mut model = pairs(&b);
+        for (n, &size) in sizes.iter().enumerate() {
+            for i in 0..b.len() {
+                let v = if (n + i) % 3 == 0 {
+                    Val::Blob {
+                        id: n as u64,
+                        len: size as u32 * 1000,
+                    }
+                } else {
+                    Val::Inline(vec![b'0' + (n % 10) as u8; size])
+                };
+                b.set(i, &v);
+                model[i].1 = v;
+                assert_eq!(pairs(&b), model, "value size {size} at entry {i}");
+            }
+            let size: usize = model.iter().map(|(k, v)| entry_len(k, v)).sum();
+            assert_eq!(b.encoded_len(), 4 + size);
+            let mut enc = Vec::new();
+            b.encode(&mut enc);
+            assert_eq!(Basement::decode(&enc, Encoding::Compact).unwrap(), b);
+        }
     }
 }

@@ -96,10 +96,7 @@ pub(super) fn cut(b: Basement, target: usize, fill: Fill) -> Vec<CutPiece> {
 
 /// A whole leaf from sorted entries.
 pub(super) fn cut_basements(entries: Basement, target: usize) -> Leaf {
-    let mut leaf = Leaf {
-        pivots: Keys::default(),
-        bases: Vec::new(),
-    };
+    let mut leaf = Leaf::default();
     for (sep, part) in cut(entries, target, Fill::Even) {
         if let Some(sep) = sep {
             leaf.pivots.push(sep);
@@ -196,9 +193,10 @@ impl<'a> Settle<'a> {
             let b = old_pivots.partition_point(|p| p.as_slice() <= m.key.as_slice());
             runs[b].push(m);
         }
+        // Untouched basements keep their places in the old block, in its encoding.
         let mut out = Leaf {
-            pivots: Keys::default(),
-            bases: Vec::new(),
+            enc: leaf.enc,
+            ..Leaf::default()
         };
         for (i, (base, run)) in old_bases.into_iter().zip(runs).enumerate() {
             let lo = (i > 0).then(|| old_pivots[i - 1].as_slice());

@@ -18,7 +18,9 @@
 //!                           by key) instead of basements
 //! segment:                  see `kv::msg` (compact in the kinds written today; the fixed
 //!                           encoding in the older internal and run kinds, still read)
-//! basement:                 see `basement::Basement`
+//! basement:                 see `basement::Basement` (compact in the kind written today,
+//!                           re-encoded from the fixed encoding of the older leaf kind as
+//!                           it is read)
 //! ```
 //! Offsets count from the start of the extent. Child i (or basement i) holds the keys k with
 //! pivot[i-1] <= k < pivot[i].
@@ -42,19 +44,20 @@ use crate::kv::{Filter, Keys};
 use crate::storage::block::{self, kind, BLOCK_HEADER};
 use crate::storage::{Chunk, NodeId, Pager, Sealed, StoredNode};
 
-/// Block kinds of the Bε-tree's nodes and runs (after the B+-tree's). Internal nodes and runs
-/// are written in the `_COMPACT` kinds, whose segments use `kv::msg`'s compact encoding; the
-/// older kinds, with fixed-width segments, are still read, and a node of an older kind is
-/// written back in the compact kind.
+/// Block kinds of the Bε-tree's nodes and runs (after the B+-tree's). Nodes and runs are
+/// written in the `_COMPACT` kinds, whose segments use `kv::msg`'s compact encoding and whose
+/// basements `basement`'s; the older kinds, with fixed-width lengths, are still read, and a
+/// node of an older kind is written back in the compact kind.
 pub const KIND_LEAF: u8 = kind::ENGINE_FIRST + 2;
+pub const KIND_LEAF_COMPACT: u8 = kind::ENGINE_FIRST + 16;
 pub const KIND_INTERNAL: u8 = kind::ENGINE_FIRST + 3;
 pub const KIND_RUN: u8 = kind::ENGINE_FIRST + 4;
 pub const KIND_INTERNAL_COMPACT: u8 = kind::ENGINE_FIRST + 13;
 pub const KIND_RUN_COMPACT: u8 = kind::ENGINE_FIRST + 14;
 
-/// The encoding of the segments of a node of kind `k` (internal nodes and runs).
+/// The encoding of the partitions (segments or basements) of a node of kind `k`.
 pub fn segment_encoding(k: u8) -> Encoding {
-    if k == KIND_INTERNAL || k == KIND_RUN {
+    if k == KIND_INTERNAL || k == KIND_RUN || k == KIND_LEAF {
         Encoding::Fixed
     } else {
         Encoding::Compact
@@ -198,6 +201,8 @@ pub struct Internal {
 pub struct Leaf {
     pub pivots: Keys,
     pub bases: Vec<Part<Basement>>,
+    /// As `Internal::enc`, for the basements on disk (in memory they are always compact).
+    pub enc: Encoding,
 }
 
 /// What the Bε-tree keeps in the buffer pool, one per block of the data file: a tree node
@@ -342,12 +347,12 @@ impl Block {
         self.loaded(i) || self.raw(i).is_some()
     }
 
-    /// How this node's segments on disk and held raw are encoded (a leaf has none).
+    /// How this node's partitions on disk (and segments held raw) are encoded.
     pub fn enc(&self) -> Encoding {
         match self {
             Block::Internal(n) => n.enc,
             Block::Run(r) => r.enc,
-            Block::Leaf(_) => Encoding::Compact,
+            Block::Leaf(l) => l.enc,
         }
     }
 
@@ -438,7 +443,7 @@ impl Block {
                 segs[i].raw = None;
             }
             Block::Leaf(l) => {
-                let b = Basement::decode(bytes)?;
+                let b = Basement::decode(bytes, enc)?;
                 if b.len() as u32 != l.bases[i].count {
                     return Err(format!(
                         "basement {i} holds {} entries, head says {}",
@@ -482,7 +487,7 @@ impl Block {
             }
             Block::Leaf(l) => {
                 encode_parts(&l.bases, &l.pivots, out);
-                KIND_LEAF
+                KIND_LEAF_COMPACT
             }
             Block::Run(r) => {
                 encode_parts(&r.chunks, &r.pivots, out);
@@ -525,10 +530,14 @@ impl Block {
                     enc: segment_encoding(k),
                 })
             }
-            KIND_LEAF => {
+            KIND_LEAF | KIND_LEAF_COMPACT => {
                 let bases = decode_parts(&mut r, n)?;
                 let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
-                Block::Leaf(Leaf { pivots, bases })
+                Block::Leaf(Leaf {
+                    pivots,
+                    bases,
+                    enc: segment_encoding(k),
+                })
             }
             KIND_RUN | KIND_RUN_COMPACT => {
                 let chunks = decode_parts(&mut r, n)?;
@@ -752,6 +761,8 @@ impl StoredNode for Block {
                 vec![Chunk::Owned(buf)]
             }
             Block::Leaf(l) => {
+                // Every basement in memory is compact, and a written node is fully loaded.
+                l.enc = Encoding::Compact;
                 let mut tail = Vec::with_capacity(2 * l.bases.len());
                 for b in &mut l.bases {
                     // A written basement gives back the slack its in-place inserts left.

@@ -351,7 +351,12 @@ impl BeTree {
                         }
                     }
                 }
-                Some(node::KIND_LEAF | node::KIND_INTERNAL | node::KIND_INTERNAL_COMPACT) => {
+                Some(
+                    node::KIND_LEAF
+                    | node::KIND_LEAF_COMPACT
+                    | node::KIND_INTERNAL
+                    | node::KIND_INTERNAL_COMPACT,
+                ) => {
                     match self.store.get(id) {
                         Ok(pin) => {
                             let key = match &*pin.read() {
