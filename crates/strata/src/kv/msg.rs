@@ -512,6 +512,41 @@ impl Segment {
         out
     }
 
+    /// Keep the first keys, whole, within `keep` encoded bytes, and return the messages of the
+    /// keys after them as a segment of their own; None (and nothing moved) when the segment
+    /// holds range deletes (they order messages across keys), already fits, or not even its
+    /// first key fits.
+    pub fn split_tail(&mut self, keep: usize) -> Option<Segment> {
+        if !self.ranges.is_empty() || self.bytes() <= keep {
+            return None;
+        }
+        // Counts of the kept part: its two varints at most as long as the whole's.
+        let mut bytes = varint_len(self.points.len() as u64) + 1;
+        let mut cut = 0;
+        for (i, m) in self.points.iter().enumerate() {
+            if i > 0 && self.points[i - 1].key != m.key {
+                cut = i;
+            }
+            bytes += m.encoded_len();
+            if bytes > keep {
+                break;
+            }
+        }
+        if cut == 0 {
+            return None;
+        }
+        let points = self.points.split_off(cut);
+        let heads = self.heads.split_off(cut);
+        let moved: usize = points.iter().map(Msg::encoded_len).sum();
+        self.bytes -= moved;
+        Some(Segment {
+            points,
+            heads,
+            ranges: Vec::new(),
+            bytes: moved,
+        })
+    }
+
     /// Append the compact encoding (`bytes()` of them).
     pub fn encode(&self, out: &mut Vec<u8>) {
         self.encode_in(Encoding::Compact, out)
@@ -717,6 +752,76 @@ fn covering(
 mod tests {
     use super::*;
     use crate::kv::AddU64;
+
+    #[test]
+    fn split_tail_keeps_whole_keys_within_the_budget() {
+        let mut s = Segment::default();
+        let mut seq = 0;
+        for k in 0u8..40 {
+            // Every fourth key has an upsert after its put: its two messages move together.
+            let bodies = if k % 4 == 0 { 2 } else { 1 };
+            for b in 0..bodies {
+                seq += 1;
+                let body = match b {
+                    0 => Body::Put(Val::Inline(vec![k; 20])),
+                    _ => Body::Upsert(vec![1; 8]),
+                };
+                s.insert(
+                    Msg {
+                        key: vec![b'k', k],
+                        seq,
+                        body,
+                    },
+                    None,
+                );
+            }
+        }
+        let whole = s.clone();
+        for keep in [EMPTY_SEGMENT + 1, 100, 333, 500, 900] {
+            let mut head = whole.clone();
+            let Some(tail) = head.split_tail(keep) else {
+                // Not even the first key fits.
+                assert!(keep < EMPTY_SEGMENT + whole.points()[0].encoded_len());
+                continue;
+            };
+            assert!(head.bytes() <= keep, "{} > {keep}", head.bytes());
+            // The next key would not have fitted: the head is as long as it can be.
+            let next = &tail.points()[0];
+            let same: usize = tail
+                .points()
+                .iter()
+                .take_while(|m| m.key == next.key)
+                .map(Msg::encoded_len)
+                .sum();
+            assert!(head.bytes() + same > keep);
+            assert_ne!(head.points().last().unwrap().key, next.key);
+            // Nothing lost, nothing reordered, and the sizes are the encodings'.
+            let mut both = head.points().to_vec();
+            both.extend_from_slice(tail.points());
+            assert_eq!(both, whole.points());
+            for part in [&head, &tail] {
+                let mut enc = Vec::new();
+                part.encode(&mut enc);
+                assert_eq!(enc.len(), part.bytes());
+            }
+        }
+        // A segment that fits, or one holding a range delete, is left whole.
+        let mut fits = whole.clone();
+        assert!(fits.split_tail(whole.bytes()).is_none());
+        assert_eq!(fits, whole);
+        let mut ranged = whole.clone();
+        ranged.insert(
+            Msg {
+                key: b"a".to_vec(),
+                seq: seq + 1,
+                body: Body::DeleteRange(b"b".to_vec()),
+            },
+            None,
+        );
+        let before = ranged.clone();
+        assert!(ranged.split_tail(100).is_none());
+        assert_eq!(ranged, before);
+    }
 
     #[test]
     fn lookup_in_the_encoding_finds_what_the_decoded_segment_finds() {

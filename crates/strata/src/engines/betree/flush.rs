@@ -3,9 +3,12 @@
 //! `policy`), by merging it with the leaf's newest small runs into one run, or by draining it,
 //! with the child's runs, into the child.
 //!
-//! Invariant: a child's runs are ordered oldest first, every message of a run older than every
-//! message of the runs after it and of the segment; a merge replaces the newest runs, so the
-//! order holds.
+//! Invariant: a child's runs are ordered oldest first, and key by key every message of a run is
+//! older than the messages of the runs after it and of the segment (a range delete counts for
+//! every key it covers); a merge replaces the newest runs, so the order holds. Layers are not
+//! ordered as a whole: a spill may keep a segment's last keys back (`spill_fitted`), only when
+//! the segment holds no range delete, and those keys' messages go down whole with a later
+//! flush, after their older ones.
 
 use super::*;
 
@@ -53,13 +56,13 @@ impl BeTree {
         if self.draining(child_id) {
             // Its leaf changes only by the drain's install (`drainer`).
             if drainer::held_room(&sizes, incoming, self.geo.node_size) {
-                return self.spill(parent, j);
+                return self.spill_fitted(parent, j);
             }
             return self.await_drain(parent, j);
         }
         if depth + 1 == self.height && !self.fully_resident(child_id)? {
             match policy::plan(&sizes, incoming, self.geo.node_size) {
-                policy::Flush::Spill => return self.spill(parent, j),
+                policy::Flush::Spill => return self.spill_fitted(parent, j),
                 policy::Flush::Merge(from) if self.can_offload() => {
                     return self.offload_merge(parent, j, from)
                 }
@@ -93,6 +96,26 @@ impl BeTree {
             std::mem::replace(&mut internal_mut(&mut g).segs[j], empty_seg())
         };
         let seg = seg.data.expect("dirty nodes are resident");
+        self.add_run(parent, j, seg)
+    }
+
+    /// `spill`, filling the run's pages (`policy::fit_run`): the keys past the last page
+    /// boundary stay in segment j when they would take a page for less than half of it.
+    /// Their messages go down whole with a later flush, each key's after its older ones.
+    pub(super) fn spill_fitted(&mut self, parent: &Pin<Block>, j: usize) -> Result<()> {
+        let mut seg = {
+            let mut g = parent.write();
+            let s = std::mem::replace(&mut internal_mut(&mut g).segs[j], empty_seg());
+            s.data.expect("dirty nodes are resident")
+        };
+        let key = seg.points().iter().map(|m| m.key.len()).max().unwrap_or(0);
+        let overhead = Run::overhead(seg.bytes(), self.geo.basement, key);
+        if let Some(rest) = policy::fit_run(seg.bytes(), overhead).and_then(|b| seg.split_tail(b)) {
+            let mut g = parent.write();
+            let n = internal_mut(&mut g);
+            n.segs[j] = Part::new(rest, 0, 0);
+            n.refresh(j);
+        }
         self.add_run(parent, j, seg)
     }
 

@@ -11,8 +11,9 @@
 //!   (messages and entries alike) lies in [pivot i-1, pivot i), within the node's own range;
 //! - internal nodes other than a collapsing root have at least two children and, after every
 //!   operation, at most `fanout`;
-//! - messages in a node are newer than the messages and entries below it (a segment is flushed
-//!   whole, and a child receives a parent's messages only by a flush);
+//! - messages in a node are newer than the messages and entries below it for their keys (a
+//!   segment is flushed whole, or all but its last keys into a run (`flush::spill_fitted`), and
+//!   a child receives a parent's messages only by a flush);
 //! - a dirty node is fully resident (it is written back whole); only clean nodes are partial.
 //! - values longer than `inline_max` live in blob blocks, freed when a newer message or a leaf
 //!   update makes them unreachable.

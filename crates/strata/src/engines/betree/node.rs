@@ -143,7 +143,8 @@ impl<T> Part<T> {
 
 /// A run spilled from a segment toward a leaf child that was not in the cache: a block of its
 /// own (`Block::Run`), written once and never changed, listed in the parent's head with a filter
-/// over its keys. Its messages are older than the segment's and newer than the leaf's entries.
+/// over its keys. Its messages are older than the segment's for their keys and newer than the
+/// leaf's entries.
 #[derive(Clone, Debug)]
 pub struct RunRef {
     pub id: NodeId,
@@ -266,6 +267,15 @@ impl Run {
     }
     pub(crate) fn head_len(&self) -> usize {
         4 + PART_LEN * self.chunks.len() + pivots_len(&self.pivots)
+    }
+
+    /// At most the bytes beside its messages that a run of `payload` bytes in chunks of
+    /// `chunk` takes in its block, for keys of up to `key` bytes: the block header, the head's
+    /// count, and per chunk a directory entry and (after the first) a pivot. Chunks close once
+    /// they reach `chunk` bytes (`Segment::cut`), so there are at most payload/chunk + 1.
+    pub fn overhead(payload: usize, chunk: usize, key: usize) -> usize {
+        let chunks = payload / chunk.max(1) + 1;
+        BLOCK_HEADER + 4 + chunks * PART_LEN + (chunks - 1) * (2 + key)
     }
 }
 
