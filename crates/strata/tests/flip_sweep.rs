@@ -1004,7 +1004,9 @@ fn flip_sweep_betree_large_basements() {
 #[test]
 #[ignore = "minutes: cargo test -p strata --test flip_sweep -- --ignored --nocapture"]
 fn flip_sweep_large() {
-    for seed in [2, 3] {
+    // Seeds whose built files hold every region kind of every configuration: seed 2's
+    // B+-tree file has no free space left once closed, and its sweep refused to start.
+    for seed in [3, 4] {
         let plan = Plan {
             data_stride: 2000,
             per_kind: 150,
