@@ -8,6 +8,7 @@
 //! engines.
 
 pub mod bounds;
+pub mod entries;
 pub mod filter;
 pub mod keys;
 pub mod merge;

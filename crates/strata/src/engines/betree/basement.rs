@@ -25,6 +25,7 @@
 //! first (`Arc::make_mut`), so the checkpoint writes the bytes as they were.
 
 use crate::codec::{varint_len, Reader};
+use crate::kv::entries::decode_entries;
 use crate::kv::msg::Encoding;
 use crate::kv::{head, Keys, Val};
 use crate::storage::NodeId;
@@ -33,8 +34,6 @@ use std::sync::Arc;
 
 /// The fewest bytes an entry takes (compact: two one-byte lengths, an empty key and value).
 const MIN_ENTRY: usize = 2;
-/// Bytes of a fixed entry's lengths and tag.
-const FIXED: usize = 7;
 
 /// A value as it lies in a basement, borrowed.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -490,31 +489,16 @@ impl Basement {
         Ok((keys, vals))
     }
 
-    /// A basement written in the fixed encoding (leaves of the older kind), re-encoded.
+    /// A basement written in the fixed encoding (leaves of the older kind, `kv::entries`),
+    /// re-encoded.
     fn decode_fixed(p: &[u8]) -> std::result::Result<Basement, String> {
         let mut r = Reader::new(p);
-        let n = r.u32()? as usize;
-        let cap = r.capacity(n, FIXED);
-        let mut b = Basement::with_capacity(cap, p.len());
-        for _ in 0..n {
-            let klen = r.u16()? as usize;
-            let tag = r.u8()?;
-            let vlen = r.u32()?;
-            let key = r.bytes(klen)?;
-            let val = match tag {
-                0 => Val::Inline(r.bytes(vlen as usize)?.to_vec()),
-                1 => Val::Blob {
-                    id: r.u64()?,
-                    len: vlen,
-                },
-                t => return Err(format!("unknown value tag {t}")),
-            };
-            if b.last_key().is_some_and(|l| l >= key) {
-                return Err("entries out of order".into());
-            }
-            b.push(key, &val);
-        }
+        let (keys, vals) = decode_entries(&mut r)?;
         r.finish()?;
+        let mut b = Basement::with_capacity(vals.len(), p.len());
+        for (k, v) in keys.iter().zip(&vals) {
+            b.push(k, v);
+        }
         Ok(b)
     }
 }
