@@ -643,23 +643,16 @@ mod tests {
             (b"b", Val::Blob { id: 7, len: 70_000 }),
             (b"c", inline(&"x".repeat(200))),
         ];
-        let mut fixed = (entries.len() as u32).to_le_bytes().to_vec();
+        // Written as the B+-tree writes its leaves (the same fixed format).
+        let mut keys = Keys::default();
         let mut compact = Basement::default();
         for (k, v) in &entries {
-            let (tag, len) = match v {
-                Val::Inline(b) => (0u8, b.len() as u32),
-                Val::Blob { len, .. } => (1, *len),
-            };
-            fixed.extend_from_slice(&(k.len() as u16).to_le_bytes());
-            fixed.push(tag);
-            fixed.extend_from_slice(&len.to_le_bytes());
-            fixed.extend_from_slice(k);
-            match v {
-                Val::Inline(b) => fixed.extend_from_slice(b),
-                Val::Blob { id, .. } => fixed.extend_from_slice(&id.to_le_bytes()),
-            }
+            keys.push(k.to_vec());
             compact.push(k, v);
         }
+        let vals: Vec<Val> = entries.iter().map(|(_, v)| v.clone()).collect();
+        let mut fixed = Vec::new();
+        crate::kv::entries::encode_entries(&keys, &vals, &mut fixed);
         let read = Basement::decode(&fixed, Encoding::Fixed).unwrap();
         assert_eq!(read, compact);
         assert_eq!(
