@@ -51,8 +51,13 @@ pub const SMALL_RUN_SHARE: usize = 8;
 pub fn fit_run(payload: usize, overhead: usize) -> Option<usize> {
     let page = PAGE as usize;
     let pages = (payload + overhead).div_ceil(page);
+    if pages <= 2 {
+        return None;
+    }
     let last = payload + overhead - (pages - 1) * page;
-    (pages > 2 && last <= page / 2).then(|| (pages - 1) * page - overhead)
+    // Heads of long keys can take the pages themselves: then there is no budget to fill.
+    let budget = ((pages - 1) * page).checked_sub(overhead)?;
+    (last <= page / 2 && budget > 0).then_some(budget)
 }
 
 /// What a flush into a leaf that is not in memory does.
@@ -160,6 +165,9 @@ mod tests {
         assert_eq!(fit_run(page, 0), None);
         assert_eq!(fit_run(page + 100, 0), None);
         assert_eq!(fit_run(2 * page + 100, 0), Some(2 * page));
+        // Nothing at all, and an overhead larger than the pages before the last: no budget.
+        assert_eq!(fit_run(0, 0), None);
+        assert_eq!(fit_run(100, 3 * page), None);
     }
 
     #[test]
