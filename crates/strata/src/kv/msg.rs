@@ -288,6 +288,39 @@ pub struct Segment {
     bytes: usize,
 }
 
+/// How many of the messages `points` (sorted by key, with their `heads`) sort before `key`
+/// (whose head is `h`): galloping from the front, so that finding k of them costs O(log k).
+fn gallop(heads: &[u64], points: &[Msg], h: u64, key: &[u8]) -> usize {
+    let before = |i: usize| (heads[i], points[i].key.as_slice()) < (h, key);
+    let len = heads.len();
+    if len == 0 || !before(0) {
+        return 0;
+    }
+    // before(lo) holds; find hi with !before(hi) or hi == len.
+    let (mut lo, mut step) = (0, 1);
+    let mut hi = loop {
+        let at = lo + step;
+        if at >= len {
+            break len;
+        }
+        if !before(at) {
+            break at;
+        }
+        lo = at;
+        step *= 2;
+    };
+    // Invariant: before(lo), and hi == len or !before(hi).
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if before(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    hi
+}
+
 impl Segment {
     /// Bytes of the compact encoding.
     pub fn bytes(&self) -> usize {
@@ -415,6 +448,10 @@ impl Segment {
     /// inserting them one by one, without moving the segment's tail for each.
     /// `scratch` lends the vectors merged into and takes back the emptied old ones, so that a
     /// merge allocates nothing once the scratch has grown to a segment's size.
+    ///
+    /// The old messages between two new ones are found by galloping and moved as a block,
+    /// without comparing each: a flush routes a few messages into each of a node's segments,
+    /// and a message-by-message merge was most of the time a write spent routing.
     pub fn insert_run(&mut self, run: Vec<Msg>, scratch: &mut Scratch) -> Vec<Msg> {
         debug_assert!(run
             .iter()
@@ -428,29 +465,35 @@ impl Segment {
         self.heads.clear();
         self.points.reserve(n);
         self.heads.reserve(n);
-        let mut old = old_points.drain(..).zip(old_heads.drain(..)).peekable();
-        let mut run = run.into_iter().peekable();
-        while let Some(mut m) = run.next() {
-            // Of one key's new messages only the newest stays.
-            while run.peek().is_some_and(|n| n.key == m.key) {
-                dropped.push(std::mem::replace(&mut m, run.next().expect("peeked")));
+        {
+            let mut old = old_points.drain(..);
+            let mut old_h = old_heads.drain(..);
+            let mut run = run.into_iter().peekable();
+            while let Some(mut m) = run.next() {
+                // Of one key's new messages only the newest stays.
+                while run.peek().is_some_and(|n| n.key == m.key) {
+                    dropped.push(std::mem::replace(&mut m, run.next().expect("peeked")));
+                }
+                let h = head(&m.key);
+                let below = gallop(old_h.as_slice(), old.as_slice(), h, &m.key);
+                self.points.extend(old.by_ref().take(below));
+                self.heads.extend(old_h.by_ref().take(below));
+                // Equal keys have equal heads: compare those first, and follow a key's
+                // pointer only when they tie.
+                while old_h.as_slice().first() == Some(&h)
+                    && old.as_slice().first().is_some_and(|o| o.key == m.key)
+                {
+                    let o = old.next().expect("checked");
+                    old_h.next();
+                    self.bytes -= o.encoded_len();
+                    dropped.push(o);
+                }
+                self.bytes += m.encoded_len();
+                self.points.push(m);
+                self.heads.push(h);
             }
-            let h = head(&m.key);
-            while let Some((o, oh)) = old.next_if(|(o, oh)| (*oh, o.key.as_slice()) < (h, &m.key)) {
-                self.points.push(o);
-                self.heads.push(oh);
-            }
-            while let Some((o, _)) = old.next_if(|(o, oh)| *oh == h && o.key == m.key) {
-                self.bytes -= o.encoded_len();
-                dropped.push(o);
-            }
-            self.bytes += m.encoded_len();
-            self.points.push(m);
-            self.heads.push(h);
-        }
-        for (o, oh) in old {
-            self.points.push(o);
-            self.heads.push(oh);
+            self.points.extend(old);
+            self.heads.extend(old_h);
         }
         scratch.points = old_points;
         scratch.heads = old_heads;
@@ -1026,6 +1069,19 @@ mod tests {
         // A segment with puts, an upsert stack and a range delete, then runs of puts and
         // deletes (some keys repeated in the run, some already present) merged in or inserted
         // one by one: same messages, same bytes, same obsolete ones handed back.
+        merged_run_equals_one_insert_at_a_time("k", 60, 40, 30);
+    }
+
+    #[test]
+    fn a_merged_run_equals_one_insert_at_a_time_where_heads_tie() {
+        // Keys that share their first 8 bytes (heads tie and the keys decide), in segments
+        // large enough that the merge gallops over long stretches of old messages, and runs
+        // both sparse and dense against them.
+        merged_run_equals_one_insert_at_a_time("shared-prefix/", 2000, 600, 12);
+        merged_run_equals_one_insert_at_a_time("shared-prefix/", 400, 300, 400);
+    }
+
+    fn merged_run_equals_one_insert_at_a_time(prefix: &str, keys: u64, base_n: u64, run_n: u64) {
         let mut x = 0x9e37_79b9_u64;
         let mut next = move |n: u64| {
             x ^= x << 13;
@@ -1033,12 +1089,13 @@ mod tests {
             x ^= x << 17;
             x % n
         };
+        let key = |i: u64| format!("{prefix}{i:04}");
         let mut seq = 0;
         for _ in 0..50 {
             let mut base = Segment::default();
-            for _ in 0..next(40) {
+            for _ in 0..next(base_n) {
                 seq += 1;
-                let k = format!("k{:02}", next(60));
+                let k = key(next(keys));
                 let m = match next(4) {
                     0 => up(&k, seq, next(9)),
                     _ => put(&k, seq, &"v".repeat(next(5) as usize)),
@@ -1047,15 +1104,15 @@ mod tests {
             }
             seq += 1;
             let rd = Msg {
-                key: "k30".into(),
+                key: key(keys / 2).into_bytes(),
                 seq,
-                body: Body::DeleteRange("k35".into()),
+                body: Body::DeleteRange(key(keys / 2 + keys / 12).into_bytes()),
             };
             base.insert(rd, Some(&AddU64));
-            let mut run: Vec<Msg> = (0..next(30))
+            let mut run: Vec<Msg> = (0..next(run_n))
                 .map(|_| {
                     seq += 1;
-                    let k = format!("k{:02}", next(60));
+                    let k = key(next(keys));
                     match next(3) {
                         0 => Msg {
                             key: k.into_bytes(),
@@ -1080,6 +1137,33 @@ mod tests {
             dropped_one.sort_by_key(|m| m.seq);
             assert_eq!(dropped_merged, dropped_one);
         }
+    }
+
+    #[test]
+    fn gallop_counts_what_sorts_before() {
+        let keys: Vec<Vec<u8>> = (0..37u32)
+            .map(|i| format!("same-head{i:03}").into_bytes())
+            .collect();
+        let points: Vec<Msg> = keys
+            .iter()
+            .map(|k| put(std::str::from_utf8(k).unwrap(), 1, "v"))
+            .collect();
+        let heads: Vec<u64> = keys.iter().map(|k| head(k)).collect();
+        for probe in 0..40u32 {
+            let k = format!("same-head{probe:03}").into_bytes();
+            let want = keys.iter().filter(|o| **o < k).count();
+            assert_eq!(gallop(&heads, &points, head(&k), &k), want, "probe {probe}");
+            // Just past a key, between two of them.
+            let mut k = k.clone();
+            k.push(0);
+            let want = keys.iter().filter(|o| **o < k).count();
+            assert_eq!(
+                gallop(&heads, &points, head(&k), &k),
+                want,
+                "probe {probe} + 0"
+            );
+        }
+        assert_eq!(gallop(&[], &[], 0, b""), 0);
     }
 
     /// One message of each kind, as the compact encoding lays them out; and the same segment

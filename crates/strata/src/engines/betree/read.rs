@@ -2,7 +2,7 @@
 //! messages buffered for it on the way, and their resolution against the leaf's entry (newest
 //! last), so that an answer is exact however much is still buffered.
 
-use super::node::{read_part, run_read_whole_max};
+use super::node::{read_part, run_read_whole_max, RunDir};
 use super::*;
 use crate::kv::msg::lookup_encoded;
 
@@ -45,7 +45,7 @@ impl BeTree {
         let added = {
             let g = pin.read();
             let r = &internal(&g).runs[i][k];
-            if r.dir.set(dir).is_err() {
+            if r.dir.set(RunDir::new(dir)).is_err() {
                 return;
             }
             r.dir_charge()
@@ -132,7 +132,7 @@ impl BeTree {
                     }
                 };
                 picked
-                    .map(|(k, r, large)| (k, r.id, large, r.dir.get().cloned()))
+                    .map(|(k, r, large)| (k, r.id, large, r.dir.get().map(|d| d.run.clone())))
                     .collect()
             };
             for (k, id, large, dir) in runs {
