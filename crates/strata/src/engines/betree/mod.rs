@@ -586,6 +586,7 @@ impl Engine for BeTree {
                 ("drains_offloaded", self.drains.offloaded),
                 ("drains_inline", self.drains.inline),
                 ("drains_dropped", self.drains.dropped),
+                ("drains_cut_on_thread", self.drains.cut_on_thread),
                 ("drain_runs_read", self.drains.runs_read),
                 ("drain_leaves_read", self.drains.leaves_read),
                 ("merges_offloaded", self.drains.merges_offloaded),

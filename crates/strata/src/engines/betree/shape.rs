@@ -9,7 +9,7 @@ impl BeTree {
 
     pub(super) fn too_big(&self, n: &Block) -> bool {
         match n {
-            Block::Leaf(l) => l.size() > self.geo.node_size && l.entries() >= 2,
+            Block::Leaf(l) => leaf_too_big(l, &self.geo),
             Block::Internal(n) => n.children.len() > self.geo.fanout,
             Block::Run(_) => false,
         }
@@ -24,57 +24,14 @@ impl BeTree {
     }
 
     /// Split a resident node into pieces: (separator before each piece after the first, piece).
-    /// Split a leaf by its entries into pieces of about `target` bytes: (separator, piece), the
-    /// first separator empty. The pieces are re-cut into even basements: moving whole basements
-    /// instead copies less but keeps their uneven fill and spare capacity, and measured slower
-    /// (1M-record load, reads and mixed rounds: 435K / 796K / 427K ops/s against 502K / 1,037K /
-    /// 636K, 190 MiB of cache charge against 160).
-    pub(super) fn split_leaf(
-        &self,
-        l: &mut Leaf,
-        pieces: usize,
-        target: usize,
-    ) -> Vec<(Vec<u8>, Leaf)> {
-        let mut all = Basement::with_capacity(l.entries() as usize, l.size());
-        for b in l.bases.drain(..) {
-            all.append(b.get());
-        }
-        let (mut starts, mut bytes) = (Vec::new(), 0);
-        for i in 0..all.len() {
-            if bytes >= target && i > 0 && starts.len() + 1 < pieces {
-                starts.push(i);
-                bytes = 0;
-            }
-            bytes += all.entry_bytes(i);
-        }
-        let mut out = Vec::with_capacity(starts.len() + 1);
-        for &at in starts.iter().rev() {
-            let entries = all.split_off(at);
-            let sep = shortest_separator(
-                all.last_key().expect("pieces are not empty"),
-                entries.first_key().expect("pieces are not empty"),
-            );
-            out.push((sep, cut_basements(entries, self.geo.basement)));
-        }
-        out.push((Vec::new(), cut_basements(all, self.geo.basement)));
-        out.reverse();
-        out
-    }
-
     pub(super) fn split(&mut self, pin: &Pin<Block>) -> Vec<(Vec<u8>, Block)> {
         let mut g = pin.write();
         match &mut *g {
             Block::Leaf(l) => {
-                // Pieces of about equal bytes, at most 3/4 of a node each, at least two.
-                let total = l.size();
-                let pieces = total.div_ceil(self.geo.node_size * 3 / 4).max(2);
-                let target = total / pieces;
-                let mut out = self.split_leaf(l, pieces, target);
-                let (_, first) = out.remove(0);
+                let mut out = cut_leaf(std::mem::take(l), &self.geo).into_iter();
+                let (_, first) = out.next().expect("a leaf cuts into pieces");
                 *g = Block::Leaf(first);
-                out.into_iter()
-                    .map(|(sep, l)| (sep, Block::Leaf(l)))
-                    .collect()
+                out.map(|(sep, l)| (sep, Block::Leaf(l))).collect()
             }
             Block::Internal(n) => {
                 // Pieces of about equal child counts, at most `fanout` each, at least two (a
@@ -103,6 +60,40 @@ impl BeTree {
         }
     }
 
+    /// Child j of a resident internal node was cut (it keeps the first piece; `pieces` are the
+    /// others, each with the separator before it): put the pieces beside it as children of
+    /// their own, and send the messages the parent holds for the old child to the pieces they
+    /// now belong to.
+    pub(super) fn put_pieces(
+        &mut self,
+        parent: &Pin<Block>,
+        j: usize,
+        pieces: Vec<(Vec<u8>, Block)>,
+    ) -> Result<()> {
+        let seg = {
+            let mut g = parent.write();
+            std::mem::replace(&mut internal_mut(&mut g).segs[j], empty_seg())
+        };
+        self.buffered -= seg.count as u64;
+        for (k, (sep, node)) in pieces.into_iter().enumerate() {
+            let leaf = node.is_leaf();
+            let id = self.store.create(node)?.id();
+            if leaf {
+                self.leaves += 1;
+            } else {
+                self.internals += 1;
+            }
+            let mut g = parent.write();
+            let n = internal_mut(&mut g);
+            n.pivots.insert(j + k, sep);
+            n.children.insert(j + k + 1, id);
+            n.segs.insert(j + k + 1, empty_seg());
+            n.runs.insert(j + k + 1, Vec::new());
+        }
+        self.route(parent, seg.data.expect("resident").into_by_seq());
+        Ok(())
+    }
+
     /// After child j of a resident internal node changed, split or merge it as needed.
     pub(super) fn fix_child(
         &mut self,
@@ -117,29 +108,7 @@ impl BeTree {
         if big {
             let pieces = self.split(&child);
             self.store.mark_dirty(&child);
-            let leaf = child.read().is_leaf();
-            let seg = {
-                let mut g = parent.write();
-                std::mem::replace(&mut internal_mut(&mut g).segs[j], empty_seg())
-            };
-            self.buffered -= seg.count as u64;
-            for (k, (sep, node)) in pieces.into_iter().enumerate() {
-                let id = self.store.create(node)?.id();
-                if leaf {
-                    self.leaves += 1;
-                } else {
-                    self.internals += 1;
-                }
-                let mut g = parent.write();
-                let n = internal_mut(&mut g);
-                n.pivots.insert(j + k, sep);
-                n.children.insert(j + k + 1, id);
-                n.segs.insert(j + k + 1, empty_seg());
-                n.runs.insert(j + k + 1, Vec::new());
-            }
-            // Messages bound for the old child go to the pieces they now belong to.
-            self.route(parent, seg.data.expect("resident").into_by_seq());
-            return Ok(());
+            return self.put_pieces(parent, j, pieces);
         }
         let siblings = internal(&parent.read()).children.len();
         if !small || siblings < 2 {
@@ -285,4 +254,49 @@ impl BeTree {
             self.root = child;
         }
     }
+}
+
+/// Whether a leaf must be cut: it outgrew a node and has two entries to part.
+pub(super) fn leaf_too_big(l: &Leaf, geo: &Geometry) -> bool {
+    l.size() > geo.node_size && l.entries() >= 2
+}
+
+/// A leaf as the pieces a split makes of it, (separator before it, piece), the first
+/// separator empty; the leaf whole when it is not too big. Pieces of about equal bytes, at
+/// most 3/4 of a node each, at least two. They are cut by their entries and re-cut into even
+/// basements: moving whole basements instead copies less but keeps their uneven fill and
+/// spare capacity, and measured slower (1M-record load, reads and mixed rounds: 435K / 796K /
+/// 427K ops/s against 502K / 1,037K / 636K, 190 MiB of cache charge against 160). A pure
+/// function of the leaf, so that the drain thread cuts the leaves it makes (`drainer`).
+pub(super) fn cut_leaf(mut l: Leaf, geo: &Geometry) -> Vec<(Vec<u8>, Leaf)> {
+    if !leaf_too_big(&l, geo) {
+        return vec![(Vec::new(), l)];
+    }
+    let total = l.size();
+    let pieces = total.div_ceil(geo.node_size * 3 / 4).max(2);
+    let target = total / pieces;
+    let mut all = Basement::with_capacity(l.entries() as usize, l.size());
+    for b in l.bases.drain(..) {
+        all.append(b.get());
+    }
+    let (mut starts, mut bytes) = (Vec::new(), 0);
+    for i in 0..all.len() {
+        if bytes >= target && i > 0 && starts.len() + 1 < pieces {
+            starts.push(i);
+            bytes = 0;
+        }
+        bytes += all.entry_bytes(i);
+    }
+    let mut out = Vec::with_capacity(starts.len() + 1);
+    for &at in starts.iter().rev() {
+        let entries = all.split_off(at);
+        let sep = shortest_separator(
+            all.last_key().expect("pieces are not empty"),
+            entries.first_key().expect("pieces are not empty"),
+        );
+        out.push((sep, cut_basements(entries, geo.basement)));
+    }
+    out.push((Vec::new(), cut_basements(all, geo.basement)));
+    out.reverse();
+    out
 }
