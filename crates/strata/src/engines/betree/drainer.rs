@@ -32,6 +32,9 @@
 //!   nor freed since it was watched). Then the runs spilled meanwhile are applied to the new
 //!   leaf too (a leaf that splits or merges must have no runs: its pieces would not see them),
 //!   all the runs are freed, the leaf replaced and its shape fixed, as an inline drain does.
+//!   A leaf that outgrew its node comes back from the thread already cut into pieces
+//!   (`shape::cut_leaf`), which the install puts beside it (`put_pieces`); with runs spilled
+//!   meanwhile, the pieces are joined, the runs applied, and the writer splits the leaf.
 //!   Every read an install needs comes before its first change, so a failed install leaves the
 //!   tree as it was. A drain whose leaf or runs changed is dropped and nothing changed: the
 //!   runs still hold its messages.
