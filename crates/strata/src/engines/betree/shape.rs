@@ -76,13 +76,7 @@ impl BeTree {
         };
         self.buffered -= seg.count as u64;
         for (k, (sep, node)) in pieces.into_iter().enumerate() {
-            let leaf = node.is_leaf();
-            let id = self.store.create(node)?.id();
-            if leaf {
-                self.leaves += 1;
-            } else {
-                self.internals += 1;
-            }
+            let id = self.create_piece(node)?;
             let mut g = parent.write();
             let n = internal_mut(&mut g);
             n.pivots.insert(j + k, sep);
@@ -92,6 +86,18 @@ impl BeTree {
         }
         self.route(parent, seg.data.expect("resident").into_by_seq());
         Ok(())
+    }
+
+    /// A new node for a piece of a split, counted as a leaf or an internal node.
+    fn create_piece(&mut self, node: Block) -> Result<NodeId> {
+        let leaf = node.is_leaf();
+        let id = self.store.create(node)?.id();
+        if leaf {
+            self.leaves += 1;
+        } else {
+            self.internals += 1;
+        }
+        Ok(id)
     }
 
     /// After child j of a resident internal node changed, split or merge it as needed.
@@ -213,14 +219,8 @@ impl BeTree {
                 };
                 let pieces = self.split(&root);
                 self.store.mark_dirty(&root);
-                let leaf = root.read().is_leaf();
                 for (sep, node) in pieces {
-                    let id = self.store.create(node)?.id();
-                    if leaf {
-                        self.leaves += 1;
-                    } else {
-                        self.internals += 1;
-                    }
+                    let id = self.create_piece(node)?;
                     top.pivots.push(sep);
                     top.children.push(id);
                     top.segs.push(empty_seg());
