@@ -687,6 +687,14 @@ impl SimDevice {
         }
         self.disk.tick_batch(&sizes);
         let im = self.images();
+        // A write torn on another thread since these reads were admitted cut the power: they
+        // never complete (the image they would copy is already what the crash leaves).
+        if self.disk.is_dead() {
+            return Err(injected(
+                &format!("read {} ranges of {}", reqs.len(), self.name),
+                "the simulated disk is dead after a torn write",
+            ));
+        }
         for (offset, buf) in reqs.iter_mut() {
             let end = *offset as usize + buf.len();
             if end > im.current.len() {
@@ -715,6 +723,11 @@ impl Device for SimDevice {
         self.disk.admit(&self.name, IoKind::Read, &what)?;
         self.disk.tick(Some(buf.len() as u64));
         let im = self.images();
+        // A write torn on another thread since this read was admitted cut the power: it never
+        // completes (the image it would copy is already what the crash leaves).
+        if self.disk.is_dead() {
+            return Err(injected(&what, "the simulated disk is dead after a torn write"));
+        }
         let end = offset as usize + buf.len();
         if end > im.current.len() {
             return Err(Error::io(
