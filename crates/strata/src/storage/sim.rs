@@ -75,6 +75,20 @@ struct Faults {
 pub struct SimDisk {
     faults: Mutex<Faults>,
     clock: Mutex<SimClock>,
+    /// Run once by the next read between its admission and its copy: where another thread's
+    /// IO can come in between (tests of that window).
+    #[cfg(test)]
+    after_admit: Mutex<Option<Hook>>,
+}
+
+#[cfg(test)]
+struct Hook(Box<dyn FnOnce() + Send>);
+
+#[cfg(test)]
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
 }
 
 #[derive(Debug)]
@@ -365,7 +379,17 @@ impl SimDisk {
                 now_s: 0.0,
                 sync_wall: std::time::Duration::ZERO,
             }),
+            #[cfg(test)]
+            after_admit: Mutex::new(None),
         })
+    }
+
+    /// The window between a read's admission and its copy of the image (`after_admit`).
+    fn admitted(&self) {
+        #[cfg(test)]
+        if let Some(Hook(f)) = self.after_admit.lock().unwrap().take() {
+            f();
+        }
     }
 
     fn clock(&self) -> MutexGuard<'_, SimClock> {
@@ -686,6 +710,7 @@ impl SimDevice {
             sizes.push(buf.len() as u64);
         }
         self.disk.tick_batch(&sizes);
+        self.disk.admitted();
         let im = self.images();
         // A write torn on another thread since these reads were admitted cut the power: they
         // never complete (the image they would copy is already what the crash leaves).
@@ -722,11 +747,15 @@ impl Device for SimDevice {
         let what = format!("read {} bytes at {offset} of {}", buf.len(), self.name);
         self.disk.admit(&self.name, IoKind::Read, &what)?;
         self.disk.tick(Some(buf.len() as u64));
+        self.disk.admitted();
         let im = self.images();
         // A write torn on another thread since this read was admitted cut the power: it never
         // completes (the image it would copy is already what the crash leaves).
         if self.disk.is_dead() {
-            return Err(injected(&what, "the simulated disk is dead after a torn write"));
+            return Err(injected(
+                &what,
+                "the simulated disk is dead after a torn write",
+            ));
         }
         let end = offset as usize + buf.len();
         if end > im.current.len() {
@@ -883,6 +912,35 @@ mod tests {
     fn dev() -> (Arc<SimDisk>, SimDevice) {
         let disk = SimDisk::new(Affine::new(100e-6, 1e-9), 1e-3);
         (disk.clone(), SimDevice::new("d", disk))
+    }
+
+    /// Found by the oracle (`betree_8k_drains::torn_writes_none`, once in ~500 runs): a read
+    /// admitted just before a write on another thread tore copied the image the tear had rolled
+    /// back to the last sync, and the engine met a block older than its table said.
+    #[test]
+    fn a_read_admitted_before_a_tear_elsewhere_fails_as_the_dead_disk_does() {
+        let (disk, d) = dev();
+        let d = Arc::new(d);
+        d.write_at(b"old", 0).unwrap();
+        d.sync().unwrap();
+        d.write_at(b"new", 0).unwrap();
+        for batch in [false, true] {
+            disk.tear_write_after(1, 0);
+            let other = d.clone();
+            *disk.after_admit.lock().unwrap() = Some(Hook(Box::new(move || {
+                assert!(other.write_at(b"torn", 100).is_err(), "the write tears");
+            })));
+            let mut b = [0u8; 3];
+            let r = if batch {
+                d.read_many(&mut [(0, &mut b[..])])
+            } else {
+                d.read_at(&mut b, 0)
+            };
+            assert!(r.is_err(), "read {b:?} from the image the tear left");
+            assert_eq!(b, [0; 3], "nothing was copied");
+            disk.clear_faults();
+            d.write_at(b"new", 0).unwrap();
+        }
     }
 
     #[test]
