@@ -21,7 +21,8 @@
 //!
 //! Faults: fail the Nth IO (once, or that one and every later one), and tear the Nth write: only a
 //! prefix of its 512-byte sectors reaches the durable image, the write reports an error and the
-//! disk is dead (every IO fails) until `crash()`, as after a power cut in mid-write. Length
+//! disk is dead (every IO fails, a read already under way on another thread too) until
+//! `clear_faults()` or a power cut, as after a power cut in mid-write. Length
 //! changes count as IOs (they are a system call that can fail or be the last thing a dying
 //! process did); reading the length does not.
 //!
