@@ -293,7 +293,7 @@ impl Subject for Strata {
                 Ok((g, origin)) => format!(
                     "Bε-tree, {} KiB nodes, fanout {}, {} KiB basements ({}); drains and \
                      merges of the runs of leaves out of the cache on a thread of their own; \
-                     the data file written out every MiB (sync_file_range)",
+                     the data file written out every 256 KiB (sync_file_range)",
                     g.node_size >> 10,
                     g.fanout,
                     g.basement >> 10,
