@@ -496,10 +496,7 @@ impl SimDisk {
         let is_write = kind == IoKind::Write;
         let mut f = self.faults();
         if f.dead {
-            return Err(injected(
-                what,
-                "the simulated disk is dead after a torn write",
-            ));
+            return Err(dead(what));
         }
         f.ios += 1;
         if let Some((name, k, left)) = &mut f.kill_on {
@@ -529,6 +526,11 @@ impl SimDisk {
         }
         Ok(None)
     }
+}
+
+/// Every IO of a disk a torn write killed, until the next process.
+fn dead(what: &str) -> Error {
+    injected(what, "the simulated disk is dead after a torn write")
 }
 
 fn injected(what: &str, why: &str) -> Error {
@@ -716,10 +718,11 @@ impl SimDevice {
         // A write torn on another thread since these reads were admitted cut the power: they
         // never complete (the image they would copy is already what the crash leaves).
         if self.disk.is_dead() {
-            return Err(injected(
-                &format!("read {} ranges of {}", reqs.len(), self.name),
-                "the simulated disk is dead after a torn write",
-            ));
+            return Err(dead(&format!(
+                "read {} ranges of {}",
+                reqs.len(),
+                self.name
+            )));
         }
         for (offset, buf) in reqs.iter_mut() {
             let end = *offset as usize + buf.len();
@@ -753,10 +756,7 @@ impl Device for SimDevice {
         // A write torn on another thread since this read was admitted cut the power: it never
         // completes (the image it would copy is already what the crash leaves).
         if self.disk.is_dead() {
-            return Err(injected(
-                &what,
-                "the simulated disk is dead after a torn write",
-            ));
+            return Err(dead(&what));
         }
         let end = offset as usize + buf.len();
         if end > im.current.len() {
