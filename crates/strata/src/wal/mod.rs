@@ -28,13 +28,17 @@
 //! Group commit: appends happen under the `Db`'s write lock; fdatasync happens on the log's own
 //! sync thread. A writer that needs durability asks for a sync as soon as its record is written
 //! (`request_sync`) and goes on to apply its batch to the engine while the sync runs, then waits
-//! (`sync_through`) until a finished sync covers its record. Each sync covers everything written
-//! when it starts, so writers that arrive during one fdatasync share the next. No lock is held
-//! during the fdatasync itself, and once an fdatasync fails every later wait reports failure
-//! (its pages may be lost: retrying could falsely report durability).
+//! (`sync_through`) until a finished sync covers its record. If the sync thread has not begun
+//! by the time the writer waits, the writer runs the sync itself: a woken thread can sit for
+//! milliseconds in the run queue of a core busy with a drain or a kernel thread while the
+//! writer's own core goes idle, and the writer is about to sleep anyway. One sync runs at a
+//! time. Each sync covers everything written when it starts, so writers that arrive during one
+//! fdatasync share the next. No lock is held during the fdatasync itself, and once an
+//! fdatasync fails every later wait reports failure (its pages may be lost: retrying could
+//! falsely report durability).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use xxhash_rust::xxh3::xxh3_64;
@@ -97,6 +101,8 @@ struct SyncState {
     synced: u64,
     /// Highest sequence number a writer wants durable.
     requested: u64,
+    /// A sync is under way, on the sync thread or on a waiting writer's.
+    running: bool,
     failed: Option<String>,
     stop: bool,
 }
@@ -268,9 +274,14 @@ impl Wal {
             }
             if st.requested < seq {
                 st.requested = seq;
-                sh.sync_wanted.notify_one();
             }
-            st = sh.sync_done.wait(st).unwrap_or_else(|e| e.into_inner());
+            if st.running {
+                st = sh.sync_done.wait(st).unwrap_or_else(|e| e.into_inner());
+            } else {
+                // The sync thread has not begun: run it here rather than sleep while it waits
+                // for a core.
+                st = sh.sync_once(st);
+            }
         }
     }
 
@@ -356,25 +367,36 @@ impl Shared {
             if st.stop {
                 return;
             }
-            if st.failed.is_some() || st.requested <= st.synced {
+            if st.failed.is_some() || st.running || st.requested <= st.synced {
                 st = self.sync_wanted.wait(st).unwrap_or_else(|e| e.into_inner());
                 continue;
             }
-            drop(st);
-            // The record count first: a rotation swaps the file only after syncing the old one
-            // and before any record goes to the new one, so the file read next covers `target`.
-            let target = self.written.load(Ordering::Acquire);
-            let result = self.current().sync();
-            st = lock(&self.sync);
-            match result {
-                Ok(()) => st.synced = st.synced.max(target),
-                Err(e) => st.failed = Some(e.to_string()),
-            }
-            // Never chase a request for a record that is not (or no longer) written.
-            let written = self.written.load(Ordering::Acquire);
-            st.requested = st.requested.min(written.max(st.synced));
-            self.sync_done.notify_all();
+            st = self.sync_once(st);
         }
+    }
+
+    /// One fdatasync of everything written so far, with `st` released while it runs; on the
+    /// sync thread or on a waiting writer's, never two at once.
+    fn sync_once<'a>(&'a self, mut st: MutexGuard<'a, SyncState>) -> MutexGuard<'a, SyncState> {
+        st.running = true;
+        drop(st);
+        // The record count first: a rotation swaps the file only after syncing the old one
+        // and before any record goes to the new one, so the file read next covers `target`.
+        let target = self.written.load(Ordering::Acquire);
+        let result = self.current().sync();
+        let mut st = lock(&self.sync);
+        st.running = false;
+        match result {
+            Ok(()) => st.synced = st.synced.max(target),
+            Err(e) => st.failed = Some(e.to_string()),
+        }
+        // Never chase a request for a record that is not (or no longer) written.
+        let written = self.written.load(Ordering::Acquire);
+        st.requested = st.requested.min(written.max(st.synced));
+        self.sync_done.notify_all();
+        // Writers may have asked for more while this ran.
+        self.sync_wanted.notify_one();
+        st
     }
 }
 
@@ -624,5 +646,123 @@ mod tests {
         w.request_sync(2);
         w.sync_through(1).unwrap();
         drop(w); // joins the sync thread
+    }
+
+    /// A log device that notes which thread ran each sync and how many ran at once.
+    #[derive(Debug)]
+    struct Watched {
+        dev: Arc<SimDevice>,
+        syncs_on: Mutex<Vec<Option<String>>>,
+        in_sync: AtomicU64,
+        most_at_once: AtomicU64,
+    }
+
+    impl Device for Watched {
+        fn name(&self) -> &str {
+            self.dev.name()
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+            self.dev.read_at(buf, offset)
+        }
+        fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
+            self.dev.write_at(data, offset)
+        }
+        fn sync(&self) -> Result<()> {
+            let now = self.in_sync.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_at_once.fetch_max(now, Ordering::SeqCst);
+            let name = std::thread::current().name().map(str::to_string);
+            lock(&self.syncs_on).push(name);
+            // Long enough for writers to pile up behind it.
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            let r = self.dev.sync();
+            self.in_sync.fetch_sub(1, Ordering::SeqCst);
+            r
+        }
+        fn len(&self) -> Result<u64> {
+            self.dev.len()
+        }
+        fn set_len(&self, len: u64) -> Result<()> {
+            self.dev.set_len(len)
+        }
+    }
+
+    fn watched_log() -> (Arc<Watched>, Wal) {
+        let dev = Arc::new(Watched {
+            dev: sim("wal"),
+            syncs_on: Mutex::new(Vec::new()),
+            in_sync: AtomicU64::new(0),
+            most_at_once: AtomicU64::new(0),
+        });
+        let (w, _, _) = Wal::open(
+            [dev.clone() as Arc<dyn Device>, sim("other")],
+            0,
+            |_| Ok(()),
+        )
+        .unwrap();
+        (dev, w)
+    }
+
+    #[test]
+    fn a_writer_whose_sync_has_not_begun_runs_it_itself() {
+        let (dev, w) = watched_log();
+        let me = std::thread::current().name().map(str::to_string);
+        w.append(Kind::Batch, 1, b"a").unwrap();
+        // No request went to the sync thread: the waiter must not sleep on it.
+        w.sync_through(1).unwrap();
+        assert_eq!(
+            *lock(&dev.syncs_on),
+            vec![me],
+            "the sync ran on the waiting thread"
+        );
+        let copy = sim("copy");
+        copy.write_at(&dev.dev.durable_contents(), 0).unwrap();
+        assert_eq!(
+            replay(&copy, 0).unwrap().len(),
+            1,
+            "and made the record durable"
+        );
+    }
+
+    #[test]
+    fn writers_and_the_sync_thread_share_syncs_one_at_a_time_and_cover_every_record() {
+        let (dev, w) = watched_log();
+        let w = Arc::new(w);
+        // Appends are ordered by the caller's lock, as `Db`'s write lock orders them.
+        let order = Arc::new(Mutex::new(0u64));
+        let writers: Vec<_> = (0..4)
+            .map(|_| {
+                let (w, order, dev) = (w.clone(), order.clone(), dev.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        let seq = {
+                            let mut last = lock(&order);
+                            *last += 1;
+                            w.append(Kind::Batch, *last, b"payload").unwrap();
+                            w.request_sync(*last);
+                            *last
+                        };
+                        w.sync_through(seq).unwrap();
+                        // Acknowledged: what a power cut leaves now must hold it.
+                        let copy = sim("copy");
+                        copy.write_at(&dev.dev.durable_contents(), 0).unwrap();
+                        let seen = replay(&copy, 0).unwrap();
+                        assert!(
+                            seen.iter().any(|(s, _)| *s == seq),
+                            "record {seq} not durable"
+                        );
+                    }
+                })
+            })
+            .collect();
+        for t in writers {
+            t.join().unwrap();
+        }
+        assert_eq!(
+            dev.most_at_once.load(Ordering::SeqCst),
+            1,
+            "two syncs overlapped"
+        );
+        let syncs = lock(&dev.syncs_on).len();
+        assert!(syncs < 200, "{syncs} syncs for 200 records: none shared");
     }
 }
