@@ -262,6 +262,9 @@ impl Db {
             )),
         };
         let (wal, last_seq, reopened) = Wal::open(logs, checkpoint_seq, replay)?;
+        if let Some(flag) = engine.yield_to_syncs() {
+            wal.raise_while_syncing(flag);
+        }
         match reopened {
             Reopened::Ready => {}
             Reopened::CheckpointFirst => {
@@ -618,5 +621,23 @@ impl Iterator for RangeIter<'_> {
 impl DoubleEndedIterator for RangeIter<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
         self.step(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::SimEnv;
+
+    #[test]
+    fn the_log_raises_the_flag_the_betree_drains_yield_to() {
+        let db = Db::open_in(&SimEnv::new(), Options::default()).unwrap();
+        let st = db.state().unwrap();
+        let engine_flag = st
+            .engine
+            .yield_to_syncs()
+            .expect("the default engine yields");
+        let log_flag = db.wal.syncing_flag().expect("the log was given a flag");
+        assert!(Arc::ptr_eq(&engine_flag, log_flag));
     }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 use std::ops::Bound;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 pub mod dump;
@@ -130,6 +131,12 @@ pub trait Engine: Send {
     }
     /// Cache bytes of the nodes a checkpoint would write now.
     fn dirty_bytes(&self) -> u64;
+    /// A flag the log raises while an fdatasync is in flight: background work on the engine's
+    /// own threads offers its core while it is up, so that the syncing thread, woken by its IO,
+    /// need not wait behind it. None when the engine has no such work.
+    fn yield_to_syncs(&self) -> Option<Arc<AtomicBool>> {
+        None
+    }
     fn stats(&self) -> EngineStats;
     /// Verify every block's checksum and the structure's invariants; reads bypass the cache.
     fn check(&mut self) -> Result<CheckReport>;

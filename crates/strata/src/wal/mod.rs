@@ -32,12 +32,13 @@
 //! by the time the writer waits, the writer runs the sync itself: a woken thread can sit for
 //! milliseconds in the run queue of a core busy with a drain or a kernel thread while the
 //! writer's own core goes idle, and the writer is about to sleep anyway. One sync runs at a
-//! time. Each sync covers everything written when it starts, so writers that arrive during one
-//! fdatasync share the next. No lock is held during the fdatasync itself, and once an
-//! fdatasync fails every later wait reports failure (its pages may be lost: retrying could
-//! falsely report durability).
+//! time, and a flag given by the `Db` (`raise_while_syncing`) is up while it runs, for the
+//! engine's background threads to yield to. Each sync covers everything written when it
+//! starts, so writers that arrive during one fdatasync share the next. No lock is held during
+//! the fdatasync itself, and once an fdatasync fails every later wait reports failure (its
+//! pages may be lost: retrying could falsely report durability).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
@@ -93,6 +94,8 @@ struct Shared {
     /// wakes).
     sync_done: Condvar,
     sync_wanted: Condvar,
+    /// Up while an fdatasync of `sync_once` runs (`Wal::raise_while_syncing`).
+    syncing: std::sync::OnceLock<Arc<AtomicBool>>,
 }
 
 #[derive(Debug, Default)]
@@ -191,6 +194,7 @@ impl Wal {
             }),
             sync_done: Condvar::new(),
             sync_wanted: Condvar::new(),
+            syncing: std::sync::OnceLock::new(),
         });
         let for_thread = shared.clone();
         let syncer = std::thread::Builder::new()
@@ -342,6 +346,17 @@ impl Wal {
         lock(&self.previous).set_len(0)
     }
 
+    /// Raise `flag` while each of the sync thread's (or a waiting writer's) fdatasyncs runs;
+    /// the first flag given stays.
+    pub fn raise_while_syncing(&self, flag: Arc<AtomicBool>) {
+        let _ = self.shared.syncing.set(flag);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn syncing_flag(&self) -> Option<&Arc<AtomicBool>> {
+        self.shared.syncing.get()
+    }
+
     /// Bytes in the current log file since its last reset or rotation.
     pub fn size(&self) -> u64 {
         *lock(&self.shared.tail)
@@ -383,7 +398,10 @@ impl Shared {
         // The record count first: a rotation swaps the file only after syncing the old one
         // and before any record goes to the new one, so the file read next covers `target`.
         let target = self.written.load(Ordering::Acquire);
+        let flag = self.syncing.get();
+        flag.inspect(|f| f.store(true, Ordering::Relaxed));
         let result = self.current().sync();
+        flag.inspect(|f| f.store(false, Ordering::Relaxed));
         let mut st = lock(&self.sync);
         st.running = false;
         match result {
@@ -655,6 +673,9 @@ mod tests {
         syncs_on: Mutex<Vec<Option<String>>>,
         in_sync: AtomicU64,
         most_at_once: AtomicU64,
+        /// The flag given to `raise_while_syncing`, and what it read at each sync.
+        flag: Arc<AtomicBool>,
+        flag_at_sync: Mutex<Vec<bool>>,
     }
 
     impl Device for Watched {
@@ -672,6 +693,7 @@ mod tests {
             self.most_at_once.fetch_max(now, Ordering::SeqCst);
             let name = std::thread::current().name().map(str::to_string);
             lock(&self.syncs_on).push(name);
+            lock(&self.flag_at_sync).push(self.flag.load(Ordering::SeqCst));
             // Long enough for writers to pile up behind it.
             std::thread::sleep(std::time::Duration::from_micros(200));
             let r = self.dev.sync();
@@ -692,6 +714,8 @@ mod tests {
             syncs_on: Mutex::new(Vec::new()),
             in_sync: AtomicU64::new(0),
             most_at_once: AtomicU64::new(0),
+            flag: Arc::new(AtomicBool::new(false)),
+            flag_at_sync: Mutex::new(Vec::new()),
         });
         let (w, _, _) = Wal::open(
             [dev.clone() as Arc<dyn Device>, sim("other")],
@@ -721,6 +745,23 @@ mod tests {
             1,
             "and made the record durable"
         );
+    }
+
+    #[test]
+    fn the_flag_given_is_up_during_each_sync_and_down_between() {
+        let (dev, w) = watched_log();
+        w.raise_while_syncing(dev.flag.clone());
+        for seq in 1..=3 {
+            w.append(Kind::Batch, seq, b"a").unwrap();
+            w.request_sync(seq);
+            w.sync_through(seq).unwrap();
+            assert!(
+                !dev.flag.load(Ordering::SeqCst),
+                "down once sync {seq} is over"
+            );
+        }
+        let seen = lock(&dev.flag_at_sync).clone();
+        assert!(!seen.is_empty() && seen.iter().all(|&up| up), "{seen:?}");
     }
 
     #[test]

@@ -70,6 +70,7 @@ impl BeTree {
             scratch: Scratch::default(),
             background: true,
             drainer: None,
+            syncing: Default::default(),
             drains: Default::default(),
         })
     }

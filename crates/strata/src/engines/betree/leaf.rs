@@ -7,6 +7,8 @@
 //! `Settled` for the tree to take in. So a drain can run it on a thread of its own
 //! (`drainer`); only upserts need the tree's pager (their blobs), and those drain inline.
 
+use std::sync::atomic::AtomicBool;
+
 use super::*;
 
 /// Runs of at most this many point messages are applied to a basement in place.
@@ -155,6 +157,8 @@ pub(super) struct Settle<'a> {
     /// Where upserts read and write blobs: the tree's pager. None on a drain's thread, which
     /// is given no upserts.
     pager: Option<&'a mut Pager>,
+    /// On the drain thread: offer the core between basements while this is up.
+    syncing: Option<&'a AtomicBool>,
     pub out: Settled,
 }
 
@@ -169,7 +173,20 @@ impl<'a> Settle<'a> {
             inline_max: geo.inline_max(),
             merge,
             pager,
+            syncing: None,
             out: Settled::default(),
+        }
+    }
+
+    /// Offer the core between basements while `syncing` is up (the drain thread's Settle).
+    pub(super) fn yielding_to(mut self, syncing: &'a AtomicBool) -> Settle<'a> {
+        self.syncing = Some(syncing);
+        self
+    }
+
+    fn offer_core(&self) {
+        if let Some(s) = self.syncing {
+            super::drainer::offer_core(s);
         }
     }
 
@@ -210,6 +227,7 @@ impl<'a> Settle<'a> {
                     _ => false,
                 })
                 .collect();
+            self.offer_core();
             let pieces = self.basement_pieces(base, run, &hit)?;
             for (sep, part) in pieces {
                 if part.count == 0 && !(out.bases.is_empty() && i == n - 1) {
@@ -251,6 +269,7 @@ impl<'a> Settle<'a> {
         }
         let mut rebuilt = Vec::with_capacity(touched.len());
         for (i, run, base) in touched {
+            self.offer_core();
             rebuilt.push((i, self.basement_pieces(base, run, &[])?));
         }
         {

@@ -91,6 +91,9 @@ pub struct BeTree {
     background: bool,
     /// The thread drains run on, started by the first.
     drainer: Option<drainer::Drainer>,
+    /// Raised by the log while it syncs: the drain thread then offers its core between
+    /// basements (`Engine::yield_to_syncs`).
+    syncing: Arc<std::sync::atomic::AtomicBool>,
     drains: drainer::DrainStats,
 }
 
@@ -197,6 +200,7 @@ impl BeTree {
             scratch: Scratch::default(),
             background: true,
             drainer: None,
+            syncing: Default::default(),
             drains: Default::default(),
         };
         t.checkpoint(0)?;
@@ -565,6 +569,10 @@ impl Engine for BeTree {
 
     fn release_free(&mut self) -> Result<u64> {
         self.store.pager_mut().release_free()
+    }
+
+    fn yield_to_syncs(&self) -> Option<Arc<std::sync::atomic::AtomicBool>> {
+        Some(self.syncing.clone())
     }
 
     fn dirty_bytes(&self) -> u64 {
