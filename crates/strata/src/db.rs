@@ -9,9 +9,10 @@
 //! - checkpoints: past `checkpoint_wal_bytes` of log, and once the log is at least as long as
 //!   the dirty nodes, the writer writes the dirty nodes and the table (`Engine::begin_checkpoint`) and moves the log to its other file (`Wal::rotate`);
 //!   a thread of the checkpoint's own makes it durable (the data file's syncs and the
-//!   superblock) while writers go on; the next write after that finishes it and empties the
-//!   log file left behind. At most one checkpoint is in flight: a writer that reaches the next
-//!   threshold first waits for it. `checkpoint` and `close` checkpoint on the caller's thread.
+//!   superblock) while writers go on; the next write after that finishes it (the log file left
+//!   behind is then obsolete, and the next rotation writes over it). At most one checkpoint is
+//!   in flight: a writer that reaches the next threshold first waits for it. `checkpoint` and
+//!   `close` checkpoint on the caller's thread; `close` then gives the log files' space back.
 //! - `get`, `range`: under the same lock, straight to the engine. Range iterators fetch a page of
 //!   entries at a time and hold no lock between pages; they see each key at most once, in order,
 //!   but are not a snapshot.
@@ -452,7 +453,7 @@ impl Db {
         Ok(out)
     }
 
-    /// Write a checkpoint now and empty the log.
+    /// Write a checkpoint now and start the log over.
     pub fn checkpoint(&self) -> Result<()> {
         let mut st = self.state()?;
         self.checkpoint_locked(&mut st)
@@ -480,11 +481,16 @@ impl Db {
             .begin_checkpoint(seq)
             .and_then(|c| self.wal.rotate(seq).map(|_| c))
             .map_err(|e| self.poisoned(e))?;
+        let left_behind = self.wal.left_behind();
         let thread = std::thread::Builder::new()
             .name("strata-checkpoint".into())
             .spawn(move || {
                 let mut commit = commit;
-                let made = commit.make_durable();
+                // Released before `finish_checkpoint` lets the older checkpoint's extents be
+                // reused (see `wal::release`).
+                let made = commit
+                    .make_durable()
+                    .and_then(|_| wal::release(&*left_behind, seq));
                 (commit, made)
             })
             .map_err(|e| self.poisoned(Error::io("start a checkpoint thread", e)))?;
@@ -510,7 +516,6 @@ impl Db {
             )),
         };
         made.and_then(|commit| st.engine.finish_checkpoint(commit))
-            .and_then(|_| self.wal.release_previous())
             .map_err(|e| self.poisoned(e))
     }
 
@@ -538,7 +543,8 @@ impl Db {
             self.checkpoint_locked(&mut st)?;
         }
         st.engine.release_free()?;
-        Ok(())
+        // The checkpoint covers every record: the log files' space goes back too.
+        self.wal.trim()
     }
 
     /// Verify every checksum and the engine's invariants.

@@ -916,14 +916,25 @@ fn record_at(buf: &[u8], at: usize) -> Option<(u64, bool, usize)> {
 
 /// Every intact record of one log file, and its unreadable stretches (offset, length): past
 /// a bad stretch the next intact record is searched for byte by byte.
+///
+/// Log files are written over, not emptied (`wal`'s "Files are overwritten"), so a file may
+/// hold an earlier round's records past its current ones, and neither is damage: the head a
+/// checkpoint writes over a file it has released, and the stretch where the current round's
+/// last record ends inside an earlier round's (the next intact record goes back in sequence).
+/// The records read past them are intact history like any other, replayed only when past the
+/// checkpoint copied.
 fn read_log(dev: &dyn Device) -> Result<(Vec<LogRecord>, Vec<Stretch>)> {
     let len = dev.len()? as usize;
     let mut buf = vec![0u8; len];
     if len > 0 {
         dev.read_at(&mut buf, 0)?;
     }
-    let (mut recs, mut bad) = (Vec::new(), Vec::new());
-    let mut at = 0;
+    let (mut recs, mut bad): (Vec<LogRecord>, _) = (Vec::new(), Vec::new());
+    let mut at = if crate::wal::released(&buf) {
+        LOG_HEADER
+    } else {
+        0
+    };
     while at < len {
         if let Some((seq, marker, n)) = record_at(&buf, at) {
             recs.push(LogRecord {
@@ -936,10 +947,12 @@ fn read_log(dev: &dyn Device) -> Result<(Vec<LogRecord>, Vec<Stretch>)> {
             at += LOG_HEADER + n;
             continue;
         }
-        let next = (at + 1..len)
-            .find(|&p| record_at(&buf, p).is_some())
-            .unwrap_or(len);
-        bad.push((at as u64, (next - at) as u64));
+        let found = (at + 1..len).find_map(|p| record_at(&buf, p).map(|(seq, ..)| (p, seq)));
+        let next = found.map_or(len, |(p, _)| p);
+        let seam = found.is_some_and(|(_, seq)| recs.last().is_some_and(|r| seq <= r.seq));
+        if !seam {
+            bad.push((at as u64, (next - at) as u64));
+        }
         at = next;
     }
     Ok((recs, bad))

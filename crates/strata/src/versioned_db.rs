@@ -9,7 +9,7 @@
 //!   (with `Durability::Sync`);
 //! - a checkpoint (past `checkpoint_wal_bytes` of log, or `checkpoint`, or `close`) syncs the
 //!   log, has the engine flush its buffer and commit its manifest (`VersionedEngine::checkpoint`:
-//!   the pager's copy-on-write commit and superblock), then empties the log. It runs on the
+//!   the pager's copy-on-write commit and superblock), then starts the log over. It runs on the
 //!   writer's thread: unlike `Db`, no background checkpoint thread yet;
 //! - reads go straight to the engine under the state lock; a range iterator fetches a page at
 //!   a time from either end and holds no lock between pages (a snapshot only at an internal
@@ -538,7 +538,7 @@ impl VersionedDb {
         st.engine.diff(v, w, Bound::Unbounded, Bound::Unbounded)
     }
 
-    /// Write a checkpoint now and empty the log.
+    /// Write a checkpoint now and start the log over.
     pub fn checkpoint(&self) -> Result<()> {
         let mut st = self.state()?;
         self.checkpoint_locked(&mut st)
@@ -561,7 +561,9 @@ impl VersionedDb {
     /// Checkpoint and close. Dropping without closing is safe: the log is replayed on open.
     pub fn close(self) -> Result<()> {
         let mut st = self.state()?;
-        self.checkpoint_locked(&mut st)
+        self.checkpoint_locked(&mut st)?;
+        // The checkpoint covers every record: the log files' space goes back too.
+        self.wal.trim()
     }
 
     /// Verify every checksum and the engine's invariants.

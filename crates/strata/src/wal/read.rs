@@ -4,7 +4,7 @@
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::{Kind, Record, HEADER, MAX_SEQ};
+use super::{Kind, Record, HEADER, MAX_SEQ, RELEASED};
 use crate::error::{Error, Result};
 use crate::storage::Device;
 
@@ -17,6 +17,7 @@ pub(super) struct Parsed {
 
 /// The sequence number of the first valid record of a log file, if it has one, and whether it
 /// is a checkpoint marker (which comes after a batch of the same number).
+/// A released file (`released`) has none.
 pub(super) fn first_record(dev: &dyn Device) -> Result<Option<(u64, bool)>> {
     let mut head = [0u8; HEADER];
     let len = dev.len()?;
@@ -24,6 +25,9 @@ pub(super) fn first_record(dev: &dyn Device) -> Result<Option<(u64, bool)>> {
         return Ok(None);
     }
     dev.read_at(&mut head, 0)?;
+    if released(&head) {
+        return Ok(None);
+    }
     let body_len = u32::from_le_bytes(head[8..12].try_into().unwrap()) as u64;
     if HEADER as u64 + body_len > len {
         return Ok(None);
@@ -71,6 +75,16 @@ impl Scan {
             dev.read_at(&mut buf, 0)?;
         }
         let mut records: Vec<Located> = Vec::new();
+        if released(&buf) {
+            // A durable checkpoint covers all of it: nothing to replay, nothing to judge.
+            let end = buf.len();
+            return Ok(Scan {
+                name: dev.name().to_string(),
+                buf,
+                records,
+                end,
+            });
+        }
         let mut off = 0usize;
         while let Some(r) = parse(&buf, off, |s| records.last().is_none_or(|p| p.seq + 1 == s)) {
             records.push(Located {
@@ -187,4 +201,15 @@ pub(super) fn parse(buf: &[u8], off: usize, accept: impl Fn(u64) -> bool) -> Opt
         durable: u64::from_le_bytes(h[24..32].try_into().unwrap()),
         len,
     })
+}
+
+/// Whether `buf` begins with the head `Wal::release` writes: the file is obsolete, every record
+/// in it covered by a durable checkpoint.
+pub(crate) fn released(buf: &[u8]) -> bool {
+    let Some(h) = buf.get(..HEADER) else {
+        return false;
+    };
+    h[12] == RELEASED
+        && h[8..12] == [0; 4]
+        && xxh3_64(&h[8..]) == u64::from_le_bytes(h[..8].try_into().unwrap())
 }

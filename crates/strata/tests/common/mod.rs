@@ -361,19 +361,25 @@ pub struct Record {
     pub len: usize,
 }
 
-/// The valid records at the start of a log, in order.
+/// The valid records at the start of a log, in order: write batches and checkpoint markers
+/// with consecutive sequence numbers (a file started over keeps older records past its tail,
+/// and a released file begins with a head of kind 2 and holds none).
 pub fn wal_records(wal: &[u8]) -> Vec<Record> {
-    let mut out = Vec::new();
+    let mut out: Vec<Record> = Vec::new();
     let mut at = 0usize;
     while at + WAL_HEADER <= wal.len() {
         let len = u32_at(wal, at + 8) as usize;
         let end = at + WAL_HEADER + len;
-        if end > wal.len() || xxh3_64(&wal[at + 8..end]) != u64_at(wal, at) {
+        if end > wal.len() || xxh3_64(&wal[at + 8..end]) != u64_at(wal, at) || wal[at + 12] > 1 {
+            break;
+        }
+        let seq = u64_at(wal, at + 16);
+        if out.last().is_some_and(|r| r.seq + 1 != seq) {
             break;
         }
         out.push(Record {
             offset: at as u64,
-            seq: u64_at(wal, at + 16),
+            seq,
             len,
         });
         at = end;
