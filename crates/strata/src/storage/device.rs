@@ -55,6 +55,9 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// ext4 a log's fdatasync commits the journal, which waits for the data blocks allocated
     /// in it). Only a hint: durability still takes `sync`, which reports any failed write.
     fn start_write_out(&self, _offset: u64, _len: u64) {}
+    /// `len` bytes at `offset` are durable and will not be read soon: the OS may drop them from
+    /// its cache (a log's synced records). Only a hint; dirty bytes are never lost by it.
+    fn forget(&self, _offset: u64, _len: u64) {}
     fn len(&self) -> Result<u64>;
     fn set_len(&self, len: u64) -> Result<()>;
     /// Give `len` bytes at `offset`, which hold nothing anyone will read again, back to the
@@ -114,6 +117,9 @@ impl Device for Metered {
     }
     fn start_write_out(&self, offset: u64, len: u64) {
         self.inner.start_write_out(offset, len)
+    }
+    fn forget(&self, offset: u64, len: u64) {
+        self.inner.forget(offset, len)
     }
     fn len(&self) -> Result<u64> {
         self.inner.len()
@@ -410,6 +416,22 @@ impl Device for FileDevice {
                 offset as libc::off64_t,
                 len as libc::off64_t,
                 libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
+    }
+
+    fn forget(&self, offset: u64, len: u64) {
+        if self.direct || len == 0 {
+            return;
+        }
+        // SAFETY: a plain system call on a file descriptor this device owns. A hint: clean
+        // pages are dropped, dirty ones only queued for writing.
+        unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
             );
         }
     }
