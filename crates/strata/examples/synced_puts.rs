@@ -15,7 +15,9 @@ fn main() {
         eprintln!("usage: synced_puts DIR [PUTS]");
         std::process::exit(2);
     };
-    let n: usize = args.next().map_or(200_000, |s| s.parse().expect("PUTS: a count"));
+    let n: usize = args
+        .next()
+        .map_or(200_000, |s| s.parse().expect("PUTS: a count"));
     let _ = std::fs::remove_dir_all(&dir);
     let opts = strata::Options::default()
         .checkpoint_wal_bytes(4 << 20)

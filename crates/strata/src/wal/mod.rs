@@ -698,51 +698,60 @@ mod tests {
     fn a_file_started_over_keeps_its_length_and_its_old_records_are_never_replayed() {
         let (a, b) = (sim("a"), sim("b"));
         let (w, _, _) = Wal::open([a.clone(), b.clone()], 0, |_| Ok(())).unwrap();
+        // Records past the first page, which the release below writes over whole.
         let long = [7u8; 100];
-        for s in 1..=20 {
+        for s in 1..=100 {
             w.append(Kind::Batch, s, &long).unwrap();
         }
-        w.rotate(20).unwrap();
-        w.append(Kind::Batch, 21, b"b").unwrap();
-        w.sync_through(21).unwrap();
-        release(&*w.left_behind(), 20).unwrap();
+        w.rotate(100).unwrap();
+        w.append(Kind::Batch, 101, b"b").unwrap();
+        w.sync_through(101).unwrap();
+        release(&*w.left_behind(), 100).unwrap();
         let a_len = a.len().unwrap();
+        assert!(a_len > 3 * OS_PAGE);
         // Back to `a`: started over at its start, shorter records over the old ones.
-        w.rotate(21).unwrap();
-        for s in 22..=24 {
+        w.rotate(101).unwrap();
+        for s in 102..=104 {
             w.append(Kind::Batch, s, b"short").unwrap();
         }
-        w.sync_through(24).unwrap();
+        w.sync_through(104).unwrap();
         assert_eq!(a.len().unwrap(), a_len, "written over, not cut or grown");
         assert_eq!(w.size(), REC - 8 + 3 * (HEADER as u64 + 5));
         let seqs = |v: Replayed| v.into_iter().map(|r| r.0).collect::<Vec<_>>();
-        // What a power cut leaves, before and after the checkpoint at 21 is durable: records
-        // 2..=20 still lie past the tail of `a`, whole, and are neither replayed nor taken for
-        // proof of lost records.
-        for after in [20, 21] {
+        let stale = |dev: &SimDevice| {
+            let buf = dev.durable_contents();
+            (1..buf.len())
+                .filter(|&p| read::parse(&buf, p, |q| q <= 100).is_some())
+                .count()
+        };
+        // What a power cut leaves, before and after the checkpoint at 101 is durable: the
+        // first round's records past the first page still lie whole past the tail of `a`, and
+        // are neither replayed nor taken for proof of lost records.
+        assert!(stale(&a) > 50, "the earlier round is still there");
+        for after in [100, 101] {
             let (a0, b0) = (sim("a0"), sim("b0"));
             a0.write_at(&a.durable_contents(), 0).unwrap();
             b0.write_at(&b.durable_contents(), 0).unwrap();
             let (seen, _) = replay_pair(&a0, &b0, after).unwrap();
-            let want: Vec<u64> = (after + 1..=24).collect();
+            let want: Vec<u64> = (after + 1..=104).collect();
             assert_eq!(seqs(seen), want);
         }
         // Appending goes on after the last record, not after the old ones.
-        w.append(Kind::Batch, 25, b"next").unwrap();
-        w.sync_through(25).unwrap();
+        w.append(Kind::Batch, 105, b"next").unwrap();
+        w.sync_through(105).unwrap();
         drop(w);
         assert_eq!(
-            seqs(replay_pair(&a, &b, 21).unwrap().0),
-            vec![22, 23, 24, 25]
+            seqs(replay_pair(&a, &b, 101).unwrap().0),
+            vec![102, 103, 104, 105]
         );
         // `trim` gives the space back once a checkpoint covers everything.
-        let (w, last, _) = Wal::open([a.clone(), b.clone()], 25, |_| Ok(())).unwrap();
-        assert_eq!(last, 25);
-        w.reset(25).unwrap();
+        let (w, last, _) = Wal::open([a.clone(), b.clone()], 105, |_| Ok(())).unwrap();
+        assert_eq!(last, 105);
+        w.reset(105).unwrap();
         w.trim().unwrap();
         assert_eq!(w.file_bytes(), HEADER as u64);
         drop(w);
-        assert!(replay_pair(&a, &b, 25).unwrap().0.is_empty());
+        assert!(replay_pair(&a, &b, 105).unwrap().0.is_empty());
     }
 
     #[test]
