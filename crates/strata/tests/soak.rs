@@ -116,7 +116,8 @@ fn rss_bytes() -> u64 {
 /// max(checkpoint_wal_bytes, cache budget), and before the write that crossed it, it was below
 /// that, so it never holds more than that plus one record. A rotation leaves the filled file
 /// behind until its checkpoint is durable, and the next rotation first waits for that and
-/// empties it; so at most two such files exist at once, each starting with a marker record.
+/// writes over it from its start (a file keeps the length of its longest round, never more);
+/// so at most two such files exist at once, each starting with a marker record.
 fn log_bound(opts: &Options, max_record: u64) -> u64 {
     let threshold = opts.checkpoint_wal_bytes.max(opts.cache_bytes as u64);
     2 * (threshold + max_record + 32)

@@ -88,6 +88,9 @@ pub struct Wal {
     shared: Arc<Shared>,
     /// The other log file: the one appended to before the last rotation.
     previous: Mutex<Arc<dyn Device>>,
+    /// `reset` released `previous`, and no rotation has swapped it in since: nothing to do
+    /// for the next `reset` (a `VersionedDb` only ever resets).
+    previous_released: AtomicBool,
     syncer: Option<JoinHandle<()>>,
 }
 
@@ -282,6 +285,7 @@ impl Wal {
             Wal {
                 shared,
                 previous: Mutex::new(older),
+                previous_released: AtomicBool::new(false),
                 syncer: Some(syncer),
             },
             last,
@@ -369,7 +373,10 @@ impl Wal {
     /// restarted at open (`Reopened::Restart`).
     pub fn reset(&self, seq: u64) -> Result<()> {
         let sh = &*self.shared;
-        release(&**lock(&self.previous), seq)?;
+        if !self.previous_released.load(Ordering::Acquire) {
+            release(&**lock(&self.previous), seq)?;
+            self.previous_released.store(true, Ordering::Release);
+        }
         {
             let mut tail = lock(&sh.tail);
             let dev = sh.current();
@@ -408,6 +415,7 @@ impl Wal {
             let mut current = lock(&sh.dev);
             std::mem::swap(&mut *current, &mut *previous);
         }
+        self.previous_released.store(false, Ordering::Release);
         // The file left behind is synced whole; the one taken up was dropped when left.
         previous.forget(0, pages(tail.at.max(tail.recycled)));
         tail.start_over(sh.current().len()?);
@@ -1074,15 +1082,19 @@ mod tests {
         }
     }
 
-    fn watched_log() -> (Arc<Watched>, Wal) {
-        let dev = Arc::new(Watched {
+    fn watched() -> Arc<Watched> {
+        Arc::new(Watched {
             dev: sim("wal"),
             syncs_on: Mutex::new(Vec::new()),
             in_sync: AtomicU64::new(0),
             most_at_once: AtomicU64::new(0),
             flag: Arc::new(AtomicBool::new(false)),
             flag_at_sync: Mutex::new(Vec::new()),
-        });
+        })
+    }
+
+    fn watched_log() -> (Arc<Watched>, Wal) {
+        let dev = watched();
         let (w, _, _) = Wal::open(
             [dev.clone() as Arc<dyn Device>, sim("other")],
             0,
@@ -1090,6 +1102,32 @@ mod tests {
         )
         .unwrap();
         (dev, w)
+    }
+
+    #[test]
+    fn resets_release_the_other_file_once_until_a_rotation_brings_it_back() {
+        let (dev, a) = (watched(), sim("a"));
+        // Neither file has a record: the second given is the older, the one `reset` releases.
+        let (w, _, _) = Wal::open(
+            [a.clone() as Arc<dyn Device>, dev.clone() as Arc<dyn Device>],
+            0,
+            |_| Ok(()),
+        )
+        .unwrap();
+        let syncs = || lock(&dev.syncs_on).len();
+        w.append(Kind::Batch, 1, b"a").unwrap();
+        w.reset(1).unwrap();
+        assert_eq!(syncs(), 1, "released, durably");
+        assert!(read::released(&dev.dev.durable_contents()));
+        w.append(Kind::Batch, 2, b"b").unwrap();
+        w.reset(2).unwrap();
+        assert_eq!(syncs(), 1, "still released: nothing wrote it");
+        // A rotation writes into it; the next reset releases the other one, `a`.
+        w.rotate(2).unwrap();
+        assert!(!read::released(&dev.dev.contents()));
+        w.append(Kind::Batch, 3, b"c").unwrap();
+        w.reset(3).unwrap();
+        assert!(read::released(&a.durable_contents()));
     }
 
     #[test]
