@@ -50,7 +50,8 @@ pub enum EngineKind {
 ///
 /// Record i is a pure function of --seed and i, so --reads can look up any loaded key and check
 /// its value. After the writes, one checkpoint puts everything in the tree (its time is reported
-/// apart from the load's), so WA and SA count every byte it took to make the data durable there.
+/// apart from the load's), so WA counts every byte it took to make the data durable there; the
+/// space and SA are the closed database's (its files at rest, as `strata bench rum` measures).
 #[derive(Args)]
 #[command(after_help = SIZE_HELP)]
 pub struct LoadArgs {
@@ -209,6 +210,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, Failure> {
     .durability(durability)
     .direct_io(a.direct);
 
+    let opts_at_rest = opts.clone().create_if_missing(false);
     let mut db = Db::open(&a.db, opts.clone())?;
     let elapsed = load(&db, &records, &a)?;
     let checkpoint_start = Instant::now();
@@ -226,6 +228,13 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, Failure> {
         None
     };
     db.close()?;
+    // Space is the closed database's, as the harness measures it ("at rest"): an open one's
+    // log files keep their length between checkpoints for its next round to write over.
+    let at_rest = Db::open(&a.db, opts_at_rest)?.metrics();
+    let mut database = DbView::from(&after_load);
+    database.data_file_bytes = at_rest.data_file_bytes;
+    database.wal_file_bytes = at_rest.wal_file_bytes;
+    database.space_amplification = at_rest.space_amplification;
 
     let (data, wal) = (&after_load.data_io, &after_load.wal_io);
     let report = LoadReport {
@@ -251,7 +260,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, Failure> {
             wal_syncs: wal.syncs,
             logical_bytes_written: after_load.logical_bytes_written,
         },
-        database: DbView::from(&after_load),
+        database,
         reads,
         peak_rss_bytes: peak_rss_bytes(),
     };

@@ -119,6 +119,9 @@ fn load_reports_amplification_and_a_cold_read_pass() {
     );
     assert!(f64_at(&v, "/load/write_amplification") > 0.0);
     assert!(f64_at(&v, "/database/space_amplification") > 0.0);
+    // Space at rest: the closed database's log is its checkpoint marker, whatever length the
+    // open one's files kept for writing over.
+    assert_eq!(u64_at(&v, "/database/wal_file_bytes"), 32);
     assert!(f64_at(&v, "/load/ops_per_s") > 0.0);
     assert!(u64_at(&v, "/database/height") >= 2);
     assert_eq!(u64_at(&v, "/reads/reads"), 2000);
