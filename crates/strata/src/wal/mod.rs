@@ -467,9 +467,10 @@ impl Wal {
     }
 }
 
-/// One record (or the released head), checksummed.
+/// One record (or the released head), checksummed, with room for the zeros `append` may pad
+/// it with (no reallocation and copy of the record on the commit's path).
 fn encode(kind: u8, seq: u64, durable: u64, payload: &[u8]) -> Vec<u8> {
-    let mut rec = Vec::with_capacity(HEADER + payload.len());
+    let mut rec = Vec::with_capacity(HEADER + payload.len() + OS_PAGE as usize);
     rec.extend_from_slice(&[0u8; 8]);
     rec.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     rec.extend_from_slice(&[kind, 0, 0, 0]);
