@@ -402,10 +402,14 @@ struct Corpus {
     /// (8 bytes, then the extent).
     betree_extents: Vec<Vec<u8>>,
     blocks: Vec<Vec<u8>>,
+    /// Segments and basements as a tree writes them (shaped).
     segments: Vec<Vec<u8>>,
-    /// The same segments in the fixed encoding that older internal nodes and runs hold.
+    /// The same segments in the compact and fixed encodings that older internal nodes and runs
+    /// hold, and the basements in the compact one of older leaves.
+    compact_segments: Vec<Vec<u8>>,
     fixed_segments: Vec<Vec<u8>>,
     basements: Vec<Vec<u8>>,
+    compact_basements: Vec<Vec<u8>>,
     superblocks: Vec<Vec<u8>>,
     batches: Vec<Vec<u8>>,
 }
@@ -500,8 +504,10 @@ fn build_corpus() -> Corpus {
         betree_extents: Vec::new(),
         blocks: Vec::new(),
         segments: Vec::new(),
+        compact_segments: Vec::new(),
         fixed_segments: Vec::new(),
         basements: Vec::new(),
+        compact_basements: Vec::new(),
         superblocks: Vec::new(),
         batches: Vec::new(),
     };
@@ -570,11 +576,22 @@ fn build_corpus() -> Corpus {
         *v = v.iter().step_by(step).cloned().collect();
     }
     for s in &c.segments {
-        let mut fixed = Vec::new();
-        Segment::decode(s, Encoding::Compact)
+        let seg = Segment::decode(s, Encoding::Shaped).unwrap();
+        for (enc, out) in [
+            (Encoding::Fixed, &mut c.fixed_segments),
+            (Encoding::Compact, &mut c.compact_segments),
+        ] {
+            let mut bytes = Vec::new();
+            seg.encode_in(enc, &mut bytes);
+            out.push(bytes);
+        }
+    }
+    for b in &c.basements {
+        let mut compact = Vec::new();
+        Basement::decode(b, Encoding::Shaped)
             .unwrap()
-            .encode_in(Encoding::Fixed, &mut fixed);
-        c.fixed_segments.push(fixed);
+            .encode(&mut compact);
+        c.compact_basements.push(compact);
     }
     c
 }
@@ -653,6 +670,10 @@ fn resealed(seeds: &'static [Vec<u8>], reseal: fn(&mut [u8])) -> impl Strategy<V
 // The decoders' checks
 
 fn check_segment(input: &[u8]) {
+    check_segment_in(input, Encoding::Shaped)
+}
+
+fn check_compact_segment(input: &[u8]) {
     check_segment_in(input, Encoding::Compact)
 }
 
@@ -663,8 +684,13 @@ fn check_fixed_segment(input: &[u8]) {
 fn check_segment_in(input: &[u8], enc: Encoding) {
     let (res, largest) = largest_alloc(|| Segment::decode(input, enc));
     let n = input.len();
-    // A compact message takes as few as 3 bytes (tag, sequence, key length), a fixed one 11.
-    let min = if enc == Encoding::Compact { 3 } else { 11 };
+    // A compact message takes as few as 3 bytes (tag, sequence, key length), a fixed one 11,
+    // one of a shape 1 (a sequence number, with an empty key and value).
+    let min = match enc {
+        Encoding::Compact => 3,
+        Encoding::Fixed => 11,
+        Encoding::Shaped => 1,
+    };
     assert_alloc("segment", n, largest, bound(n, size_of::<Msg>(), min));
     match res {
         Ok(s) => {
@@ -679,11 +705,7 @@ fn check_segment_in(input: &[u8], enc: Encoding) {
                 // A point query searches the raw bytes instead: the same answer.
                 let want: Vec<Msg> = s.lookup(&m.key).cloned().collect();
                 let raw = crate::kv::msg::RawSegment::new(input, enc).expect("it decodes");
-                assert_eq!(
-                    raw.lookup(&m.key, enc),
-                    Ok(want.clone()),
-                    "raw lookup of {m:?}"
-                );
+                assert_eq!(raw.lookup(&m.key), Ok(want.clone()), "raw lookup of {m:?}");
                 // And a one-time walk of the bytes (a run's chunk read for one query).
                 let walked = crate::kv::msg::lookup_encoded(input, &m.key, enc);
                 assert_eq!(walked, Ok(want), "walk of {m:?}");
@@ -706,7 +728,7 @@ fn check_segment_in(input: &[u8], enc: Encoding) {
             }
             match crate::kv::msg::RawSegment::new(input, enc) {
                 Ok(raw) => {
-                    if let Err(what) = raw.lookup(key, enc) {
+                    if let Err(what) = raw.lookup(key) {
                         assert!(!what.is_empty());
                     }
                 }
@@ -716,7 +738,31 @@ fn check_segment_in(input: &[u8], enc: Encoding) {
     }
 }
 
+/// A basement of the shaped kind: the same entries as read compact, written back the same.
 fn check_basement(input: &[u8]) {
+    let (res, largest) = largest_alloc(|| Basement::decode(input, Encoding::Shaped));
+    let n = input.len();
+    // Its entries' bytes (with their lengths, 2 to 4 bytes more an entry than read) in one
+    // copy, and an 8-byte head per entry of 1 byte or more.
+    assert_alloc("shaped basement", n, largest, bound(n, 8, 1));
+    match res {
+        Ok(b) => {
+            for i in 0..b.len() {
+                if i > 0 {
+                    assert!(b.key(i - 1) < b.key(i));
+                }
+                assert_eq!(b.search(b.key(i)), Ok(i));
+                let _ = b.val(i).logical_len();
+            }
+            let (mut out, data) = b.shaped();
+            out.extend_from_slice(data.as_deref().map_or(&[][..], |d| d.as_slice()));
+            assert_eq!(out, input, "re-encoded differently");
+        }
+        Err(what) => assert!(!what.is_empty()),
+    }
+}
+
+fn check_compact_basement(input: &[u8]) {
     check_basement_fixed(input);
     let (res, largest) = largest_alloc(|| Basement::decode(input, Encoding::Compact));
     let n = input.len();
@@ -1060,8 +1106,30 @@ fn fixed_segments() {
 }
 
 #[test]
+fn compact_segments() {
+    fuzz(
+        "compact segment",
+        seeds!(compact_segments),
+        3,
+        1000,
+        check_compact_segment,
+    );
+}
+
+#[test]
 fn basements() {
     fuzz("basement", seeds!(basements), 3, 1500, check_basement);
+}
+
+#[test]
+fn compact_basements() {
+    fuzz(
+        "compact basement",
+        seeds!(compact_basements),
+        3,
+        1000,
+        check_compact_basement,
+    );
 }
 
 #[test]
@@ -1630,7 +1698,7 @@ fn refused<T: std::fmt::Debug, E>(decode: impl FnOnce() -> Result<T, E>) -> (E, 
 fn a_basement_count_does_not_size_its_arrays() {
     let found = [1, 0x40, 0, 0, 8, 0, 0, 0x2f, 0, 0, 0, b'k', b'e', b'y'];
     for input in [&[0xff; 4][..], &found] {
-        for enc in [Encoding::Compact, Encoding::Fixed] {
+        for enc in [Encoding::Compact, Encoding::Fixed, Encoding::Shaped] {
             let (_, largest) = refused(|| Basement::decode(input, enc));
             assert!(largest < 1024, "{largest} bytes");
         }

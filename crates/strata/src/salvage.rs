@@ -683,17 +683,11 @@ fn raw_scan(data: &dyn Device, out: &mut Sink<'_>, damage: &mut Vec<Damage>) -> 
             u64::from_le_bytes(header[8..16].try_into().unwrap()),
         );
         let plen = u32::from_le_bytes(header[16..20].try_into().unwrap()) as u64;
-        let wanted = matches!(
-            kind,
-            kind::BLOB
-                | btree::node::KIND_LEAF
-                | betree::node::KIND_LEAF
-                | betree::node::KIND_LEAF_COMPACT
-                | betree::node::KIND_INTERNAL
-                | betree::node::KIND_RUN
-                | betree::node::KIND_INTERNAL_COMPACT
-                | betree::node::KIND_RUN_COMPACT
+        let (leaf, messages) = (
+            betree::node::LEAF_KINDS.contains(&kind),
+            betree::node::INTERNAL_KINDS.contains(&kind) || betree::node::RUN_KINDS.contains(&kind),
         );
+        let wanted = kind == kind::BLOB || kind == btree::node::KIND_LEAF || leaf || messages;
         if !wanted || header[21..24] != [0, 0, 0] || here + BLOCK_HEADER as u64 + plen > len {
             continue;
         }
@@ -714,10 +708,7 @@ fn raw_scan(data: &dyn Device, out: &mut Sink<'_>, damage: &mut Vec<Damage>) -> 
                     entries.push((k, v));
                 }
             }
-            betree::node::KIND_INTERNAL
-            | betree::node::KIND_RUN
-            | betree::node::KIND_INTERNAL_COMPACT
-            | betree::node::KIND_RUN_COMPACT => {
+            _ if messages => {
                 for (k, seq, v) in betree::raw_messages(data, here, kind, payload)? {
                     if msgs.get(&k).is_none_or(|(s, _)| *s < seq) {
                         msgs.insert(k, (seq, v));

@@ -803,7 +803,7 @@ fn forged_superblock_fields_file() {
 /// head or in one of its chunks: the check names the data file and an offset inside the run's
 /// extent, and the repaired file reads back whole.
 fn damaged_run(place: Place) {
-    const KIND_RUN: u8 = 30; // the compact kind written today
+    const KIND_RUN: u8 = 35; // the shaped kind written today
     let opts = Options::default()
         .betree(64 << 10, 8, 4 << 10)
         .cache_bytes(512 << 10)

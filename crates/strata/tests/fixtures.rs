@@ -23,6 +23,9 @@ struct Fixture {
     options: fn() -> Options,
     ops: usize,
     seed: u64,
+    /// Every inline value this long (as `AddU64`'s are), not 8 to 107 bytes: records of one
+    /// size, which shaped partitions write without lengths.
+    one_size: bool,
 }
 
 const FIXTURES: &[Fixture] = &[
@@ -31,6 +34,7 @@ const FIXTURES: &[Fixture] = &[
         options: || Options::default().btree(4096),
         ops: 3000,
         seed: 1,
+        one_size: false,
     },
     // Leaves with fixed basements (block kind 18), from before the compact ones.
     Fixture {
@@ -38,6 +42,7 @@ const FIXTURES: &[Fixture] = &[
         options: || Options::default().betree(16 << 10, 4, 1024),
         ops: 12000,
         seed: 2,
+        one_size: false,
     },
     // Leaves with compact basements (block kind 32).
     Fixture {
@@ -45,6 +50,16 @@ const FIXTURES: &[Fixture] = &[
         options: || Options::default().betree(16 << 10, 4, 1024),
         ops: 12000,
         seed: 3,
+        one_size: false,
+    },
+    // Leaves, internal nodes and runs with shaped basements and segments (block kinds 33, 34
+    // and 35), with records of one size so that some partitions are written in form 1.
+    Fixture {
+        name: "betree-16k-shaped",
+        options: || Options::default().betree(16 << 10, 4, 1024),
+        ops: 12000,
+        seed: 4,
+        one_size: true,
     },
 ];
 
@@ -75,7 +90,12 @@ fn script(f: &Fixture) -> Vec<Op> {
                 let len = if rng.next_u64().is_multiple_of(25) {
                     3000
                 } else {
-                    8 + (rng.next_u64() % 100) as usize
+                    let len = 8 + (rng.next_u64() % 100) as usize;
+                    if f.one_size {
+                        8
+                    } else {
+                        len
+                    }
                 };
                 let byte = rng.next_u64() as u8;
                 let val: Vec<u8> = (0..len).map(|i| byte.wrapping_add(i as u8)).collect();

@@ -17,11 +17,11 @@ use strata::{AddU64, Durability, Error, Options, WriteBatch};
 type Map = BTreeMap<Vec<u8>, Vec<u8>>;
 
 const WAL_1: &str = "strata.wal.1";
-// A Bε-tree leaf as written today (compact basements; 18, fixed, is still read).
-const KIND_BE_LEAF: u8 = 32;
-// The kinds written today (segments in the compact encoding); 19 and 20 are still read.
-const KIND_BE_INTERNAL: u8 = 29;
-const KIND_RUN: u8 = 30;
+// The Bε-tree's kinds written today (shaped basements and segments; 32, 29 and 30, compact,
+// and 18, 19 and 20, fixed, are still read).
+const KIND_BE_LEAF: u8 = 33;
+const KIND_BE_INTERNAL: u8 = 34;
+const KIND_RUN: u8 = 35;
 
 fn btree_opts() -> Options {
     Options::default()

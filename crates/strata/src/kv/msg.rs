@@ -20,10 +20,14 @@
 //! Messages that a newer one makes obsolete are handed back to the caller, which frees the blob
 //! blocks of out-of-line put values.
 //!
-//! Two encodings (`Encoding`). Compact, written today: a tag byte, then varints (`codec`) for
-//! the sequence number and every length, so an 8-byte pair takes 12 to 15 bytes where the
-//! fixed encoding took 23. Fixed, still read: the tag, a u64 sequence number, a u16 key length
-//! and u32 value lengths (the Bε-tree's nodes and runs of the older block kinds, the
+//! Three encodings (`Encoding`). Compact: a tag byte, then varints (`codec`) for the sequence
+//! number and every length, so an 8-byte pair takes 12 to 15 bytes where the fixed encoding
+//! took 23. Shaped, what the Bε-tree writes today: compact, except that a segment whose point
+//! messages all have one shape (the same tag, key length and value length: records of a fixed
+//! size, as a benchmark or a table of fixed-width rows writes them) says the shape once, so
+//! each such message is its sequence number, key and value (a 16-byte key and a 100-byte value
+//! take 119 bytes instead of 122). Fixed, still read: the tag, a u64 sequence number, a u16 key
+//! length and u32 value lengths (the Bε-tree's nodes and runs of the older block kinds, the
 //! LSM-tree's format-1 table blocks, and the range deletes in an LSM-tree table's head).
 //! ```text
 //! message, compact: tag u8 | seq varint | key length varint | key | body
@@ -32,11 +36,18 @@
 //! message, fixed:   tag u8 | seq u64 | key length u16 | key | body
 //!   body: put, upsert: length u32, bytes; blob put: length u32, id u64; delete: nothing;
 //!         range delete: end length u16, end
+//! message, of a shape: seq varint | key | value (put, upsert) or nothing (delete)
 //! segment, compact: point messages varint | range deletes varint | points | ranges
 //! segment, fixed:   point messages u32 | range deletes u32 | points | ranges
+//! segment, shaped:  point messages varint | range deletes varint | form u8 | points | ranges
+//!   form 0: the points compact; form 1: tag u8 (1, 3 or 4) | key length varint |
+//!   value length varint (0 for deletes), then the points of that shape. Form 1 is written
+//!   exactly when there are points and all have one shape of those tags; the range deletes
+//!   are compact either way.
 //! ```
-//! A segment's `bytes` and `Msg::encoded_len` are the compact encoding's, exactly: the engines'
-//! size accounting is in the bytes they write.
+//! A segment's `bytes` and `Msg::encoded_len` are the compact encoding's: the engines' size
+//! accounting (node sizes, cuts, run budgets) is in them, and a shaped segment writes at most
+//! one byte more (its form), fewer whenever it has a shape.
 
 use crate::codec::{put_varint, varint_len, Reader};
 use crate::kv::MergeOperator;
@@ -66,6 +77,60 @@ pub enum Encoding {
     Compact,
     /// Fixed-width sequence numbers and lengths: the older format, still read.
     Fixed,
+    /// Compact, with the shape of a segment's point messages said once when they share one.
+    Shaped,
+}
+
+/// The tag, key length and value length that every point message of a shaped segment's form 1
+/// shares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape {
+    tag: u8,
+    klen: usize,
+    vlen: usize,
+}
+
+impl Shape {
+    fn of(m: &Msg) -> Option<Shape> {
+        let (tag, vlen) = match &m.body {
+            Body::Put(Val::Inline(v)) => (1, v.len()),
+            Body::Delete => (3, 0),
+            Body::Upsert(o) => (4, o.len()),
+            Body::Put(Val::Blob { .. }) | Body::DeleteRange(_) => return None,
+        };
+        Some(Shape {
+            tag,
+            klen: m.key.len(),
+            vlen,
+        })
+    }
+}
+
+/// How one segment's messages are laid out: its encoding, and for a shaped segment of form 1
+/// the shape of its point messages (its range deletes are compact).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    Compact,
+    Fixed,
+    Uniform(Shape),
+}
+
+impl Form {
+    /// The layout of a lone message (or a range delete) in `enc`.
+    fn of(enc: Encoding) -> Form {
+        match enc {
+            Encoding::Compact | Encoding::Shaped => Form::Compact,
+            Encoding::Fixed => Form::Fixed,
+        }
+    }
+
+    /// The layout of this segment's range deletes.
+    fn ranges(self) -> Form {
+        match self {
+            Form::Uniform(_) => Form::Compact,
+            f => f,
+        }
+    }
 }
 
 fn tag(body: &Body) -> u8 {
@@ -159,33 +224,46 @@ impl Msg {
         }
     }
 
-    pub fn encode_in(&self, enc: Encoding, out: &mut Vec<u8>) {
-        match enc {
-            Encoding::Compact => self.encode(out),
-            Encoding::Fixed => self.encode_fixed(out),
+    fn encode_form(&self, form: Form, out: &mut Vec<u8>) {
+        match form {
+            Form::Compact => self.encode(out),
+            Form::Fixed => self.encode_fixed(out),
+            Form::Uniform(_) => {
+                put_varint(out, self.seq);
+                out.extend_from_slice(&self.key);
+                if let Body::Put(Val::Inline(v)) | Body::Upsert(v) = &self.body {
+                    out.extend_from_slice(v);
+                }
+            }
         }
     }
 
+    /// One message as `encode_in` wrote it alone (a shaped message alone is compact).
     pub fn decode(r: &mut Reader<'_>, enc: Encoding) -> Result<Msg, String> {
-        let (tag, seq, key) = head_of(r, enc)?;
+        Msg::decode_in(r, Form::of(enc))
+    }
+
+    fn decode_in(r: &mut Reader<'_>, form: Form) -> Result<Msg, String> {
+        let (tag, seq, key) = head_of(r, form)?;
         let body = match tag {
-            1 => Body::Put(Val::Inline(value(r, enc)?.to_vec())),
-            2 => match enc {
-                Encoding::Compact => {
+            1 => Body::Put(Val::Inline(value(r, form)?.to_vec())),
+            2 => match form {
+                Form::Compact => {
                     let len = u32::try_from(r.varint()?).map_err(|_| "a blob length past u32")?;
                     Body::Put(Val::Blob {
                         id: r.varint()?,
                         len,
                     })
                 }
-                Encoding::Fixed => {
+                Form::Fixed => {
                     let len = r.u32()?;
                     Body::Put(Val::Blob { id: r.u64()?, len })
                 }
+                Form::Uniform(_) => unreachable!("a shape's tag is 1, 3 or 4"),
             },
             3 => Body::Delete,
-            4 => Body::Upsert(value(r, enc)?.to_vec()),
-            5 => Body::DeleteRange(short(r, enc)?.to_vec()),
+            4 => Body::Upsert(value(r, form)?.to_vec()),
+            5 => Body::DeleteRange(short(r, form)?.to_vec()),
             t => return Err(format!("unknown message tag {t}")),
         };
         Ok(Msg {
@@ -197,20 +275,25 @@ impl Msg {
 }
 
 /// A message's tag, sequence number and key.
-fn head_of<'a>(r: &mut Reader<'a>, enc: Encoding) -> Result<(u8, u64, &'a [u8]), String> {
+fn head_of<'a>(r: &mut Reader<'a>, form: Form) -> Result<(u8, u64, &'a [u8]), String> {
+    if let Form::Uniform(s) = form {
+        let seq = r.varint()?;
+        return Ok((s.tag, seq, r.bytes(s.klen)?));
+    }
     let tag = r.u8()?;
-    let seq = match enc {
-        Encoding::Compact => r.varint()?,
-        Encoding::Fixed => r.u64()?,
+    let seq = match form {
+        Form::Fixed => r.u64()?,
+        _ => r.varint()?,
     };
-    Ok((tag, seq, short(r, enc)?))
+    Ok((tag, seq, short(r, form)?))
 }
 
 /// A key or a range's end: u16 length (fixed) or varint (compact), then the bytes.
-fn short<'a>(r: &mut Reader<'a>, enc: Encoding) -> Result<&'a [u8], String> {
-    let n = match enc {
-        Encoding::Compact => r.varint()?,
-        Encoding::Fixed => r.u16()? as u64,
+fn short<'a>(r: &mut Reader<'a>, form: Form) -> Result<&'a [u8], String> {
+    let n = match form {
+        Form::Compact => r.varint()?,
+        Form::Fixed => r.u16()? as u64,
+        Form::Uniform(s) => return r.bytes(s.klen),
     };
     if n > u16::MAX as u64 {
         return Err(format!("a key of {n} bytes"));
@@ -219,10 +302,11 @@ fn short<'a>(r: &mut Reader<'a>, enc: Encoding) -> Result<&'a [u8], String> {
 }
 
 /// An inline value or an upsert's operand: u32 length (fixed) or varint (compact), the bytes.
-fn value<'a>(r: &mut Reader<'a>, enc: Encoding) -> Result<&'a [u8], String> {
-    let n = match enc {
-        Encoding::Compact => r.varint()?,
-        Encoding::Fixed => r.u32()? as u64,
+fn value<'a>(r: &mut Reader<'a>, form: Form) -> Result<&'a [u8], String> {
+    let n = match form {
+        Form::Compact => r.varint()?,
+        Form::Fixed => r.u32()? as u64,
+        Form::Uniform(s) => return r.bytes(s.vlen),
     };
     if n > u32::MAX as u64 {
         return Err(format!("a value of {n} bytes"));
@@ -231,16 +315,16 @@ fn value<'a>(r: &mut Reader<'a>, enc: Encoding) -> Result<&'a [u8], String> {
 }
 
 /// Skip a point message's body after its head.
-fn skip_body(r: &mut Reader<'_>, tag: u8, enc: Encoding) -> Result<(), String> {
-    match (tag, enc) {
+fn skip_body(r: &mut Reader<'_>, tag: u8, form: Form) -> Result<(), String> {
+    match (tag, form) {
         (1 | 4, _) => {
-            value(r, enc)?;
+            value(r, form)?;
         }
-        (2, Encoding::Compact) => {
+        (2, Form::Compact) => {
             r.varint()?;
             r.varint()?;
         }
-        (2, Encoding::Fixed) => {
+        (2, Form::Fixed) => {
             r.bytes(12)?;
         }
         (3, _) => {}
@@ -257,17 +341,19 @@ pub const EMPTY_SEGMENT: usize = 2;
 pub const EMPTY_FIXED_SEGMENT: usize = 8;
 
 /// The fewest bytes a message takes encoded: a delete with an empty key (tag, sequence, key
-/// length), and a range delete with empty keys (an end length too).
-const fn min_point(enc: Encoding) -> usize {
-    match enc {
-        Encoding::Compact => 3,
-        Encoding::Fixed => 11,
+/// length), a message of a shape (its sequence number, key and value), and a range delete
+/// with empty keys (an end length too).
+const fn min_point(form: Form) -> usize {
+    match form {
+        Form::Compact => 3,
+        Form::Fixed => 11,
+        Form::Uniform(s) => 1 + s.klen + s.vlen,
     }
 }
-const fn min_range(enc: Encoding) -> usize {
-    match enc {
-        Encoding::Compact => 4,
-        Encoding::Fixed => 13,
+const fn min_range(form: Form) -> usize {
+    match form {
+        Form::Fixed => 13,
+        _ => 4,
     }
 }
 
@@ -591,14 +677,16 @@ impl Segment {
     }
 
     /// Append the compact encoding (`bytes()` of them).
+    #[cfg(test)]
     pub fn encode(&self, out: &mut Vec<u8>) {
         self.encode_in(Encoding::Compact, out)
     }
 
     pub fn encode_in(&self, enc: Encoding, out: &mut Vec<u8>) {
         let (np, nr) = (self.points.len(), self.ranges.len());
+        let form = self.form(enc);
         match enc {
-            Encoding::Compact => {
+            Encoding::Compact | Encoding::Shaped => {
                 put_varint(out, np as u64);
                 put_varint(out, nr as u64);
             }
@@ -607,23 +695,53 @@ impl Segment {
                 out.extend_from_slice(&(nr as u32).to_le_bytes());
             }
         }
-        for m in self.points.iter().chain(&self.ranges) {
-            m.encode_in(enc, out);
+        if enc == Encoding::Shaped {
+            match form {
+                Form::Uniform(s) => {
+                    out.push(1);
+                    out.push(s.tag);
+                    put_varint(out, s.klen as u64);
+                    put_varint(out, s.vlen as u64);
+                }
+                _ => out.push(0),
+            }
+        }
+        for m in &self.points {
+            m.encode_form(form, out);
+        }
+        for m in &self.ranges {
+            m.encode_form(form.ranges(), out);
+        }
+    }
+
+    /// How `encode_in(enc)` lays the messages out: in a shaped segment, form 1 when there are
+    /// point messages and all have one shape.
+    fn form(&self, enc: Encoding) -> Form {
+        if enc != Encoding::Shaped {
+            return Form::of(enc);
+        }
+        let Some(first) = self.points.first().and_then(Shape::of) else {
+            return Form::Compact;
+        };
+        if self.points[1..].iter().all(|m| Shape::of(m) == Some(first)) {
+            Form::Uniform(first)
+        } else {
+            Form::Compact
         }
     }
 
     pub fn decode(p: &[u8], enc: Encoding) -> Result<Segment, String> {
         let mut r = Reader::new(p);
-        let (np, nr) = counts(&mut r, enc)?;
-        let points = r.capacity(np, min_point(enc));
+        let (np, nr, form) = header(&mut r, enc)?;
+        let points = r.capacity(np, min_point(form));
         let mut s = Segment {
             points: Vec::with_capacity(points),
             heads: Vec::with_capacity(points),
-            ranges: Vec::with_capacity(r.capacity(nr, min_range(enc))),
+            ranges: Vec::with_capacity(r.capacity(nr, min_range(form))),
             bytes: 0,
         };
         for i in 0..np.saturating_add(nr) {
-            let m = Msg::decode(&mut r, enc)?;
+            let m = Msg::decode_in(&mut r, if i < np { form } else { form.ranges() })?;
             s.bytes += m.encoded_len();
             let is_range = matches!(m.body, Body::DeleteRange(_));
             if is_range != (i >= np) {
@@ -643,21 +761,52 @@ impl Segment {
             }
         }
         r.finish()?;
+        // One segment, one encoding: form 0 where form 1 applies is refused.
+        if enc == Encoding::Shaped && s.form(enc) != form {
+            return Err("a shaped segment in the wrong form".into());
+        }
         Ok(s)
     }
 }
 
-/// A segment's two counts: point messages and range deletes.
-fn counts(r: &mut Reader<'_>, enc: Encoding) -> Result<(usize, usize), String> {
+/// A segment's header: its two counts (point messages, range deletes) and, for a shaped one,
+/// its form.
+fn header(r: &mut Reader<'_>, enc: Encoding) -> Result<(usize, usize, Form), String> {
     let count = |r: &mut Reader<'_>| -> Result<usize, String> {
         match enc {
-            Encoding::Compact => {
+            Encoding::Compact | Encoding::Shaped => {
                 usize::try_from(r.varint()?).map_err(|_| "a count past the address space".into())
             }
             Encoding::Fixed => Ok(r.u32()? as usize),
         }
     };
-    Ok((count(r)?, count(r)?))
+    let (np, nr) = (count(r)?, count(r)?);
+    if enc != Encoding::Shaped {
+        return Ok((np, nr, Form::of(enc)));
+    }
+    let form = match r.u8()? {
+        0 => Form::Compact,
+        1 => {
+            let tag = r.u8()?;
+            let (klen, vlen) = (r.varint()?, r.varint()?);
+            if klen > u16::MAX as u64 || vlen > u32::MAX as u64 {
+                return Err(format!(
+                    "a shape of {klen}-byte keys and {vlen}-byte values"
+                ));
+            }
+            let shapely = matches!(tag, 1 | 4) || (tag == 3 && vlen == 0);
+            if !shapely || np == 0 {
+                return Err(format!("a shape of tag {tag} and {vlen}-byte values"));
+            }
+            Form::Uniform(Shape {
+                tag,
+                klen: klen as usize,
+                vlen: vlen as usize,
+            })
+        }
+        f => return Err(format!("unknown segment form {f}")),
+    };
+    Ok((np, nr, form))
 }
 
 /// The messages bearing on `key` in an encoded segment (`Segment::encode_in`), found by walking
@@ -678,6 +827,7 @@ pub fn lookup_encoded(p: &[u8], key: &[u8], enc: Encoding) -> Result<Vec<Msg>, S
 pub struct RawSegment {
     bytes: Box<[u8]>,
     starts: Box<[u32]>,
+    form: Form,
     /// Where the range deletes begin, and how many there are.
     ranges_at: u32,
     ranges: u32,
@@ -687,22 +837,23 @@ impl RawSegment {
     /// Index `p`, a segment in `enc`; fails on bytes that do not parse as one.
     pub fn new(p: &[u8], enc: Encoding) -> Result<RawSegment, String> {
         let mut r = Reader::new(p);
-        let (np, nr) = counts(&mut r, enc)?;
+        let (np, nr, form) = header(&mut r, enc)?;
         let mut starts = Vec::with_capacity(np.min(p.len()));
         for _ in 0..np {
             starts.push(r.position() as u32);
-            let (tag, _, _) = head_of(&mut r, enc)?;
-            skip_body(&mut r, tag, enc)?;
+            let (tag, _, _) = head_of(&mut r, form)?;
+            skip_body(&mut r, tag, form)?;
         }
         let ranges_at = r.position() as u32;
         for _ in 0..nr {
-            if !Msg::decode(&mut r, enc)?.is_range() {
+            if !Msg::decode_in(&mut r, form.ranges())?.is_range() {
                 return Err("a point message among the range deletes".into());
             }
         }
         Ok(RawSegment {
             bytes: p.into(),
             starts: starts.into(),
+            form,
             ranges_at,
             ranges: u32::try_from(nr).map_err(|_| "too many range deletes")?,
         })
@@ -717,32 +868,38 @@ impl RawSegment {
         self.bytes.len() + 4 * self.starts.len()
     }
 
-    fn key_at(&self, i: usize, enc: Encoding) -> Result<&[u8], String> {
+    fn key_at(&self, i: usize) -> Result<&[u8], String> {
         let mut r = Reader::new(&self.bytes[self.starts[i] as usize..]);
-        head_of(&mut r, enc).map(|(_, _, k)| k)
+        head_of(&mut r, self.form).map(|(_, _, k)| k)
     }
 
     /// The messages bearing on `key`: its point messages (oldest first, as held) and the range
     /// deletes covering it; what the decoded segment's `lookup` finds.
-    pub fn lookup(&self, key: &[u8], enc: Encoding) -> Result<Vec<Msg>, String> {
+    pub fn lookup(&self, key: &[u8]) -> Result<Vec<Msg>, String> {
         let (mut lo, mut hi) = (0, self.starts.len());
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if self.key_at(mid, enc)? < key {
+            if self.key_at(mid)? < key {
                 lo = mid + 1;
             } else {
                 hi = mid;
             }
         }
         let mut found = Vec::new();
-        while lo < self.starts.len() && self.key_at(lo, enc)? == key {
+        while lo < self.starts.len() && self.key_at(lo)? == key {
             let mut r = Reader::new(&self.bytes[self.starts[lo] as usize..]);
-            found.push(Msg::decode(&mut r, enc)?);
+            found.push(Msg::decode_in(&mut r, self.form)?);
             lo += 1;
         }
         if self.ranges > 0 {
             let mut r = Reader::new(&self.bytes[self.ranges_at as usize..]);
-            covering(&mut r, self.ranges as usize, key, enc, &mut found)?;
+            covering(
+                &mut r,
+                self.ranges as usize,
+                key,
+                self.form.ranges(),
+                &mut found,
+            )?;
         }
         Ok(found)
     }
@@ -750,24 +907,24 @@ impl RawSegment {
 
 fn walk_encoded(p: &[u8], key: &[u8], enc: Encoding) -> Result<Vec<Msg>, String> {
     let mut r = Reader::new(p);
-    let (np, nr) = counts(&mut r, enc)?;
+    let (np, nr, form) = header(&mut r, enc)?;
     let mut found = Vec::new();
     for _ in 0..np {
         let at = r.position();
-        let (tag, _, k) = head_of(&mut r, enc)?;
+        let (tag, _, k) = head_of(&mut r, form)?;
         match k.cmp(key) {
             std::cmp::Ordering::Equal => {
                 let mut m = Reader::new(&p[at..]);
-                let msg = Msg::decode(&mut m, enc)?;
+                let msg = Msg::decode_in(&mut m, form)?;
                 r.bytes(m.position() - (r.position() - at))?;
                 found.push(msg);
             }
             // The range deletes follow the points: without any, nothing further bears on it.
             std::cmp::Ordering::Greater if nr == 0 => break,
-            _ => skip_body(&mut r, tag, enc)?,
+            _ => skip_body(&mut r, tag, form)?,
         }
     }
-    covering(&mut r, nr, key, enc, &mut found)?;
+    covering(&mut r, nr, key, form.ranges(), &mut found)?;
     Ok(found)
 }
 
@@ -776,11 +933,11 @@ fn covering(
     r: &mut Reader<'_>,
     n: usize,
     key: &[u8],
-    enc: Encoding,
+    form: Form,
     found: &mut Vec<Msg>,
 ) -> Result<(), String> {
     for _ in 0..n {
-        let m = Msg::decode(r, enc)?;
+        let m = Msg::decode_in(r, form)?;
         if !m.is_range() {
             return Err("a point message among the range deletes".into());
         }
@@ -895,7 +1052,7 @@ mod tests {
                 None,
             );
         }
-        for enc in [Encoding::Compact, Encoding::Fixed] {
+        for enc in [Encoding::Compact, Encoding::Fixed, Encoding::Shaped] {
             let mut bytes = Vec::new();
             s.encode_in(enc, &mut bytes);
             for k in 0u32..205 {
@@ -903,7 +1060,7 @@ mod tests {
                 let want: Vec<Msg> = s.lookup(&key).cloned().collect();
                 assert_eq!(lookup_encoded(&bytes, &key, enc).unwrap(), want, "key {k}");
                 let raw = RawSegment::new(&bytes, enc).unwrap();
-                assert_eq!(raw.lookup(&key, enc).unwrap(), want, "key {k}");
+                assert_eq!(raw.lookup(&key).unwrap(), want, "key {k}");
             }
             let half = &bytes[..bytes.len() / 2];
             assert!(lookup_encoded(half, &199u32.to_be_bytes(), enc).is_err());
@@ -936,12 +1093,12 @@ mod tests {
             add(&mut s, k, Body::Upsert(vec![1; 3]));
         }
         assert_eq!(s.ranges().len(), 2);
-        for enc in [Encoding::Compact, Encoding::Fixed] {
+        for enc in [Encoding::Compact, Encoding::Fixed, Encoding::Shaped] {
             let mut bytes = Vec::new();
             s.encode_in(enc, &mut bytes);
             for k in 0u32..125 {
                 let want: Vec<Msg> = s.lookup(&key(k)).cloned().collect();
-                let got = RawSegment::new(&bytes, enc).unwrap().lookup(&key(k), enc);
+                let got = RawSegment::new(&bytes, enc).unwrap().lookup(&key(k));
                 assert_eq!(got.unwrap(), want, "key {k}");
                 // The one-time walk finds the same, range deletes included.
                 assert_eq!(
@@ -1166,15 +1323,18 @@ mod tests {
         assert_eq!(gallop(&[], &[], 0, b""), 0);
     }
 
+    fn m(key: &[u8], seq: u64, body: Body) -> Msg {
+        Msg {
+            key: key.to_vec(),
+            seq,
+            body,
+        }
+    }
+
     /// One message of each kind, as the compact encoding lays them out; and the same segment
     /// in the fixed encoding, byte for byte as older trees wrote it, still read.
     fn golden_segment() -> Segment {
         let mut s = Segment::default();
-        let m = |key: &[u8], seq: u64, body: Body| Msg {
-            key: key.to_vec(),
-            seq,
-            body,
-        };
         s.insert(m(b"a", 300, Body::Put(Val::Inline(b"xy".to_vec()))), None);
         s.insert(
             m(
@@ -1244,5 +1404,76 @@ mod tests {
         let mut compact = Vec::new();
         s.encode(&mut compact);
         assert!(Segment::decode(&compact, Encoding::Fixed).is_err());
+    }
+
+    /// The shaped encoding's bytes, pinned for both forms: a format change must be a new block
+    /// kind.
+    #[test]
+    fn shaped_golden_bytes() {
+        // Mixed shapes: form 0, the messages compact, as `compact_golden_bytes` has them.
+        let s = golden_segment();
+        let mut b = Vec::new();
+        s.encode_in(Encoding::Shaped, &mut b);
+        let mut compact = Vec::new();
+        s.encode(&mut compact);
+        assert_eq!(b[..2], compact[..2]);
+        assert_eq!(b[2], 0);
+        assert_eq!(b[3..], compact[2..]);
+        assert_eq!(Segment::decode(&b, Encoding::Shaped).unwrap(), s);
+
+        // One shape (puts of 2-byte keys and 3-byte values) beside a range delete: form 1.
+        let mut s = Segment::default();
+        s.insert(m(b"ka", 300, Body::Put(Val::Inline(b"xyz".to_vec()))), None);
+        s.insert(m(b"kb", 5, Body::Put(Val::Inline(b"uvw".to_vec()))), None);
+        s.insert(m(b"z", 301, Body::DeleteRange(b"zz".to_vec())), None);
+        let mut b = Vec::new();
+        s.encode_in(Encoding::Shaped, &mut b);
+        #[rustfmt::skip]
+        let want: &[u8] = &[
+            2, 1,                                   // 2 points, 1 range delete
+            1, 1, 2, 3,                             // form 1: puts, 2-byte keys, 3-byte values
+            0xac, 0x02, b'k', b'a', b'x', b'y', b'z', // ka@300 = "xyz"
+            5, b'k', b'b', b'u', b'v', b'w',        // kb@5 = "uvw"
+            5, 0xad, 0x02, 1, b'z', 2, b'z', b'z',  // delete [z, zz) @301, compact
+        ];
+        assert_eq!(b, want);
+        // The accounting stays the compact encoding's: 3 bytes more a put, 4 fewer for the
+        // form and the shape.
+        assert_eq!(s.bytes(), want.len() + 2 * 3 - 4);
+        assert_eq!(Segment::decode(want, Encoding::Shaped).unwrap(), s);
+        for k in [&b"ka"[..], b"kb", b"kc", b"z", b"zy"] {
+            let found: Vec<Msg> = s.lookup(k).cloned().collect();
+            assert_eq!(lookup_encoded(want, k, Encoding::Shaped).unwrap(), found);
+            let raw = RawSegment::new(want, Encoding::Shaped).unwrap();
+            assert_eq!(raw.lookup(k).unwrap(), found);
+        }
+
+        // Deletes and upserts have shapes too; a delete's value length is 0.
+        let mut d = Segment::default();
+        d.insert(m(b"a", 1, Body::Delete), None);
+        d.insert(m(b"b", 2, Body::Delete), None);
+        let mut b = Vec::new();
+        d.encode_in(Encoding::Shaped, &mut b);
+        assert_eq!(b, [2, 0, 1, 3, 1, 0, 1, b'a', 2, b'b']);
+        assert_eq!(Segment::decode(&b, Encoding::Shaped).unwrap(), d);
+
+        // Bytes with a second reading are refused: form 0 where form 1 applies, a shape no
+        // message can have, an unknown form, a shape with no points.
+        let mut form0 = vec![2, 0, 0];
+        for msg in d.points() {
+            msg.encode(&mut form0);
+        }
+        assert!(Segment::decode(&form0, Encoding::Shaped)
+            .unwrap_err()
+            .contains("form"));
+        for bad in [
+            &[2u8, 0, 1, 2, 1, 0, 1, b'a', 2, b'b'][..], // tag 2 (blob puts) has no shape
+            &[2, 0, 1, 3, 1, 1, 1, b'a', 0, 2, b'b', 0], // a delete with a value
+            &[2, 0, 2, 3, 1, 0, 1, b'a', 2, b'b'],       // form 2
+            &[0, 0, 1, 1, 1, 1],                         // a shape of no messages
+        ] {
+            assert!(Segment::decode(bad, Encoding::Shaped).is_err(), "{bad:?}");
+            assert!(RawSegment::new(bad, Encoding::Shaped).is_err(), "{bad:?}");
+        }
     }
 }

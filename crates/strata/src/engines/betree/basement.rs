@@ -12,19 +12,29 @@
 //!                                 blob's)
 //! entry (fixed, leaves of the older kind, still read): key length u16, tag u8 (0 inline,
 //!                                 1 blob), value length u32, key, value or blob id u64
+//! basement (compact kind):        count u32, entries compact
+//! basement (shaped kind, written today): count u32, form u8, then
+//!                                 form 0: entries compact
+//!                                 form 1: key length varint, value length varint, then per
+//!                                 entry: key, value (every entry inline, of those lengths)
 //! ```
 //! A 16-byte key with a 100-byte value takes 2 bytes of lengths compact, 7 fixed: 4% of the
-//! leaf level's bytes, on disk, in the cache and in every leaf write.
+//! leaf level's bytes, on disk, in the cache and in every leaf write. Records of one size (a
+//! benchmark's, a table of fixed-width rows) need no lengths per entry at all: form 1 says
+//! them once a basement. Form 1 is written exactly when it applies (at least one entry, all
+//! inline with one key length and one value length), so a basement has one encoding.
 //!
 //! Invariants: `data` is exactly the entries, compact, back to back, keys strictly increasing
-//! (a basement read in the fixed encoding is re-encoded as it is decoded); `offs[i]` is where
-//! entry i starts and `heads[i] == keys::head(key(i))`.
+//! (a basement read in another encoding is re-encoded compact as it is decoded, and a shaped
+//! one of form 1 written from `data` with its lengths stripped); `offs[i]` is where entry i
+//! starts and `heads[i] == keys::head(key(i))`.
 //!
-//! `data` is reference-counted so that a checkpoint can write it from another thread without a
-//! copy (`shared_data`): a change to a basement whose bytes a checkpoint still holds copies them
-//! first (`Arc::make_mut`), so the checkpoint writes the bytes as they were.
+//! `data` is reference-counted so that a checkpoint can write a basement of mixed shapes from
+//! another thread without a copy (`shaped`, form 0): a change to a basement whose bytes a
+//! checkpoint still holds copies them first (`Arc::make_mut`), so the checkpoint writes the
+//! bytes as they were. Form 1 is a copy made as the node is sealed.
 
-use crate::codec::{varint_len, Reader};
+use crate::codec::{put_varint, varint_len, Reader};
 use crate::kv::entries::decode_entries;
 use crate::kv::msg::Encoding;
 use crate::kv::{head, Keys, Val};
@@ -409,36 +419,79 @@ impl Basement {
         self.heads.extend_from_slice(&other.heads);
     }
 
-    /// The encoding in one buffer (nodes write `shared_data` instead).
+    /// The compact encoding in one buffer (nodes write `shaped`'s pieces).
     #[cfg(test)]
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.count());
         out.extend_from_slice(&self.data);
     }
 
-    /// The encoding in two pieces, without a copy: the entry count, then the entries (shared
-    /// with this basement, which copies them before its next change while they are held).
-    pub fn shared_data(&self) -> ([u8; 4], Arc<Vec<u8>>) {
-        (self.count(), self.data.clone())
-    }
-
     fn count(&self) -> [u8; 4] {
         (self.len() as u32).to_le_bytes()
+    }
+
+    /// The shaped kinds' encoding, in the pieces a node writes back to back: the count, the
+    /// form and (form 1) the shape, with (form 1) the entries stripped of their lengths, a copy;
+    /// then (form 0) the entries, shared with this basement without a copy (it copies them
+    /// before its next change while they are held).
+    pub fn shaped(&self) -> (Vec<u8>, Option<Arc<Vec<u8>>>) {
+        let mut out = Vec::with_capacity(16);
+        out.extend_from_slice(&self.count());
+        let Some((h, klen, vlen)) = self.shape() else {
+            out.push(0);
+            return (out, Some(self.data.clone()));
+        };
+        out.push(1);
+        put_varint(&mut out, klen as u64);
+        put_varint(&mut out, vlen as u64);
+        let e = h + klen + vlen;
+        out.reserve(self.len() * (klen + vlen));
+        for at in (0..self.data.len()).step_by(e) {
+            out.extend_from_slice(&self.data[at + h..at + e]);
+        }
+        (out, None)
+    }
+
+    /// (bytes of an entry's lengths, key length, value length) when every entry has them and
+    /// is inline, and there is one: then every entry starts with the same length bytes and
+    /// they lie `e` bytes apart.
+    fn shape(&self) -> Option<(usize, usize, usize)> {
+        if self.is_empty() {
+            return None;
+        }
+        let l = layout(&self.data, 0);
+        if l.blob {
+            return None;
+        }
+        let (h, klen, vlen) = (l.key, l.klen, l.vlen as usize);
+        let e = h + klen + vlen;
+        if self.data.len() != e * self.len() {
+            return None;
+        }
+        let first = &self.data[..h];
+        let same = (0..self.len()).all(|i| {
+            let at = i * e;
+            self.offs[i] as usize == at && &self.data[at..at + h] == first
+        });
+        same.then_some((h, klen, vlen))
     }
 
     /// A basement from its encoding, checking every length, tag and the key order; a fixed
     /// one is re-encoded compact.
     pub fn decode(p: &[u8], enc: Encoding) -> std::result::Result<Basement, String> {
         match enc {
-            Encoding::Compact => Basement::decode_compact(p),
+            Encoding::Compact => Basement::decode_compact(p, 4),
             Encoding::Fixed => Basement::decode_fixed(p),
+            Encoding::Shaped => Basement::decode_shaped(p),
         }
     }
 
-    fn decode_compact(p: &[u8]) -> std::result::Result<Basement, String> {
+    /// A basement whose count is `p`'s first 4 bytes and whose compact entries start at `at`.
+    fn decode_compact(p: &[u8], at: usize) -> std::result::Result<Basement, String> {
         let mut r = Reader::new(p);
         let n = r.u32()? as usize;
-        let body = &p[4..];
+        r.bytes(at - 4)?;
+        let body = &p[at..];
         let cap = r.capacity(n, MIN_ENTRY);
         let mut b = Basement {
             data: Arc::default(),
@@ -447,7 +500,7 @@ impl Basement {
         };
         let mut prev: Option<&[u8]> = None;
         for _ in 0..n {
-            let start = r.position() - 4;
+            let start = r.position() - at;
             let k = r.varint()?;
             let vlen = r.varint()?;
             if k >> 1 > u16::MAX as u64 || vlen > u32::MAX as u64 {
@@ -472,6 +525,58 @@ impl Basement {
         r.finish()?;
         b.data = Arc::new(body.to_vec());
         Ok(b)
+    }
+
+    fn decode_shaped(p: &[u8]) -> std::result::Result<Basement, String> {
+        let mut r = Reader::new(p);
+        let n = r.u32()? as usize;
+        match r.u8()? {
+            0 => {
+                let b = Basement::decode_compact(p, 5)?;
+                if b.shape().is_some() {
+                    return Err("a shaped basement in the wrong form".into());
+                }
+                Ok(b)
+            }
+            1 => {
+                let (klen, vlen) = (r.varint()?, r.varint()?);
+                if klen > u16::MAX as u64 || vlen > u32::MAX as u64 {
+                    return Err(format!(
+                        "a shape of {klen}-byte keys and {vlen}-byte values"
+                    ));
+                }
+                let (klen, vlen) = (klen as usize, vlen as usize);
+                let size = klen + vlen;
+                let body = &p[r.position()..];
+                // Keys are distinct, so only one entry can have an empty key: that bounds n
+                // by the bytes even when an entry takes none.
+                if n == 0 || body.len() != n.saturating_mul(size) || (klen == 0 && n > 1) {
+                    return Err(format!(
+                        "{n} entries of {size} bytes in a basement of {} bytes",
+                        body.len()
+                    ));
+                }
+                let mut lengths = Vec::with_capacity(8);
+                put_varint(&mut lengths, (klen as u64) << 1);
+                put_varint(&mut lengths, vlen as u64);
+                let e = lengths.len() + size;
+                let mut b = Basement::with_capacity(n, n * e);
+                for i in 0..n {
+                    let entry = &body[i * size..(i + 1) * size];
+                    let key = &entry[..klen];
+                    if i > 0 && &body[(i - 1) * size..(i - 1) * size + klen] >= key {
+                        return Err("entries out of order".into());
+                    }
+                    b.offs.push((i * e) as u32);
+                    b.heads.push(head(key));
+                    let data = b.data_mut();
+                    data.extend_from_slice(&lengths);
+                    data.extend_from_slice(entry);
+                }
+                Ok(b)
+            }
+            f => Err(format!("unknown basement form {f}")),
+        }
     }
 
     /// The entries of an encoded basement as keys and values (for salvage, which reads blocks
@@ -509,6 +614,65 @@ mod tests {
 
     fn inline(s: &str) -> Val {
         Val::Inline(s.as_bytes().to_vec())
+    }
+
+    /// The shaped encoding in one buffer.
+    fn shaped(b: &Basement) -> Vec<u8> {
+        let (mut out, data) = b.shaped();
+        if let Some(d) = data {
+            out.extend_from_slice(&d);
+        }
+        out
+    }
+
+    /// The shaped kind's bytes, pinned for both forms (a format change must be a new block
+    /// kind), and the bytes with a second reading that it refuses.
+    #[test]
+    fn the_shaped_encoding_is_pinned_and_has_one_reading() {
+        let mut b = Basement::default();
+        b.push(b"ka", &inline("xyz"));
+        b.push(b"kb", &inline("uvw"));
+        let (first, data) = b.shaped();
+        assert!(data.is_none());
+        let hex: String = first.iter().map(|x| format!("{x:02x}")).collect();
+        // count 2, form 1, key length 2, value length 3, then each key and value.
+        assert_eq!(
+            hex,
+            "02000000 01 02 03 6b61 78797a 6b62 757677".replace(' ', "")
+        );
+        assert_eq!(Basement::decode(&first, Encoding::Shaped).unwrap(), b);
+        // Two bytes of lengths fewer an entry than compact; the form and the shape cost 3.
+        let mut compact = Vec::new();
+        b.encode(&mut compact);
+        assert_eq!(compact.len() + 3, first.len() + 2 * 2);
+
+        // Another value length, or blobs: form 0, the compact entries shared, not copied.
+        let mut mixed = b.clone();
+        mixed.push(b"kc", &inline("a longer value"));
+        let mut blobs = Basement::default();
+        blobs.push(b"a", &Val::Blob { id: 1, len: 500 });
+        blobs.push(b"b", &Val::Blob { id: 2, len: 500 });
+        for m in [&mixed, &blobs, &Basement::default()] {
+            let (first, data) = m.shaped();
+            assert_eq!(first[..], [m.len() as u8, 0, 0, 0, 0]);
+            assert!(Arc::ptr_eq(&data.unwrap(), &m.data));
+            assert_eq!(Basement::decode(&shaped(m), Encoding::Shaped).unwrap(), *m);
+        }
+
+        let refused = |p: &[u8], why: &str| {
+            let e = Basement::decode(p, Encoding::Shaped).unwrap_err();
+            assert!(e.contains(why), "{p:?}: {e}");
+        };
+        // Form 0 where form 1 applies.
+        let mut form0 = vec![2, 0, 0, 0, 0];
+        form0.extend_from_slice(&b.data);
+        refused(&form0, "form");
+        refused(&[1, 0, 0, 0, 2], "form");
+        refused(&[2, 0, 0, 0, 1, 1, 1, b'b', b'x', b'a', b'y'], "order");
+        refused(&first[..first.len() - 1], "entries");
+        refused(&[0, 0, 0, 0, 1, 1, 1], "entries");
+        // Two empty keys (entries of no bytes: the count alone cannot size anything).
+        refused(&[0xff, 0xff, 0xff, 0xff, 1, 0, 0], "entries");
     }
 
     /// The basement's entries as owned pairs, for comparing against a plain model.
@@ -557,6 +721,7 @@ mod tests {
             assert_eq!(pairs(&b), model);
             let size: usize = model.iter().map(|(k, v)| entry_len(k, v)).sum();
             assert_eq!(b.encoded_len(), 4 + size);
+            assert_eq!(Basement::decode(&shaped(&b), Encoding::Shaped).unwrap(), b);
         }
         let mut enc = Vec::new();
         b.encode(&mut enc);

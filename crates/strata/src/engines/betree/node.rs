@@ -45,22 +45,31 @@ use crate::storage::block::{self, kind, BLOCK_HEADER};
 use crate::storage::{Chunk, NodeId, Pager, Sealed, StoredNode};
 
 /// Block kinds of the Bε-tree's nodes and runs (after the B+-tree's). Nodes and runs are
-/// written in the `_COMPACT` kinds, whose segments use `kv::msg`'s compact encoding and whose
-/// basements `basement`'s; the older kinds, with fixed-width lengths, are still read, and a
-/// node of an older kind is written back in the compact kind.
+/// written in the `_SHAPED` kinds, whose segments use `kv::msg`'s shaped encoding and whose
+/// basements `basement`'s (lengths said once where every record has the same). The older
+/// kinds are still read: `_COMPACT` (varint lengths on every record) and the first ones (fixed
+/// widths); a node of an older kind is written back in the shaped kind.
 pub const KIND_LEAF: u8 = kind::ENGINE_FIRST + 2;
 pub const KIND_LEAF_COMPACT: u8 = kind::ENGINE_FIRST + 16;
+pub const KIND_LEAF_SHAPED: u8 = kind::ENGINE_FIRST + 17;
 pub const KIND_INTERNAL: u8 = kind::ENGINE_FIRST + 3;
 pub const KIND_RUN: u8 = kind::ENGINE_FIRST + 4;
 pub const KIND_INTERNAL_COMPACT: u8 = kind::ENGINE_FIRST + 13;
 pub const KIND_RUN_COMPACT: u8 = kind::ENGINE_FIRST + 14;
+pub const KIND_INTERNAL_SHAPED: u8 = kind::ENGINE_FIRST + 18;
+pub const KIND_RUN_SHAPED: u8 = kind::ENGINE_FIRST + 19;
+
+/// Every kind of a leaf, an internal node and a run, oldest first.
+pub const LEAF_KINDS: [u8; 3] = [KIND_LEAF, KIND_LEAF_COMPACT, KIND_LEAF_SHAPED];
+pub const INTERNAL_KINDS: [u8; 3] = [KIND_INTERNAL, KIND_INTERNAL_COMPACT, KIND_INTERNAL_SHAPED];
+pub const RUN_KINDS: [u8; 3] = [KIND_RUN, KIND_RUN_COMPACT, KIND_RUN_SHAPED];
 
 /// The encoding of the partitions (segments or basements) of a node of kind `k`.
 pub fn segment_encoding(k: u8) -> Encoding {
-    if k == KIND_INTERNAL || k == KIND_RUN || k == KIND_LEAF {
-        Encoding::Fixed
-    } else {
-        Encoding::Compact
+    match k {
+        KIND_INTERNAL | KIND_RUN | KIND_LEAF => Encoding::Fixed,
+        KIND_INTERNAL_COMPACT | KIND_RUN_COMPACT | KIND_LEAF_COMPACT => Encoding::Compact,
+        _ => Encoding::Shaped,
     }
 }
 
@@ -510,15 +519,15 @@ impl Block {
                         }
                     }
                 }
-                KIND_INTERNAL_COMPACT
+                KIND_INTERNAL_SHAPED
             }
             Block::Leaf(l) => {
                 encode_parts(&l.bases, &l.pivots, out);
-                KIND_LEAF_COMPACT
+                KIND_LEAF_SHAPED
             }
             Block::Run(r) => {
                 encode_parts(&r.chunks, &r.pivots, out);
-                KIND_RUN_COMPACT
+                KIND_RUN_SHAPED
             }
         }
     }
@@ -527,7 +536,7 @@ impl Block {
         let mut r = Reader::new(p);
         let n = r.u32()? as usize;
         let node = match k {
-            KIND_INTERNAL | KIND_INTERNAL_COMPACT => {
+            KIND_INTERNAL | KIND_INTERNAL_COMPACT | KIND_INTERNAL_SHAPED => {
                 let cap = r.capacity(n, CHILD_LEN);
                 let mut children = Vec::with_capacity(cap);
                 let mut segs = Vec::with_capacity(cap);
@@ -557,7 +566,7 @@ impl Block {
                     enc: segment_encoding(k),
                 })
             }
-            KIND_LEAF | KIND_LEAF_COMPACT => {
+            KIND_LEAF | KIND_LEAF_COMPACT | KIND_LEAF_SHAPED => {
                 let bases = decode_parts(&mut r, n)?;
                 let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
                 Block::Leaf(Leaf {
@@ -566,7 +575,7 @@ impl Block {
                     enc: segment_encoding(k),
                 })
             }
-            KIND_RUN | KIND_RUN_COMPACT => {
+            KIND_RUN | KIND_RUN_COMPACT | KIND_RUN_SHAPED => {
                 let chunks = decode_parts(&mut r, n)?;
                 let pivots = decode_pivots(&mut r, n.saturating_sub(1))?;
                 Block::Run(Run {
@@ -761,7 +770,8 @@ impl StoredNode for Block {
             Block::Run(r) => r.head_len(),
         };
         // Partitions are located and summed as they are laid out after the head. Segments are
-        // encoded into one buffer; basements are written from their own buffers, uncopied.
+        // encoded into one buffer; basements are written from their own buffers, uncopied,
+        // unless every entry has one shape (`Basement::shaped`).
         let mut at = BLOCK_HEADER + head_len;
         let mut place = |len: usize, sum: u64| {
             let loc = Loc {
@@ -777,30 +787,34 @@ impl StoredNode for Block {
             | Block::Run(Run {
                 chunks: segs, enc, ..
             }) => {
-                // Written in the compact encoding, whatever kind it was read from.
-                *enc = Encoding::Compact;
-                let mut buf = Vec::with_capacity(segs.iter().map(|s| s.bytes).sum());
+                // Written in the shaped encoding, whatever kind it was read from.
+                *enc = Encoding::Shaped;
+                let mut buf = Vec::with_capacity(segs.iter().map(|s| s.bytes + 1).sum());
                 for s in segs {
                     let start = buf.len();
-                    s.get().encode(&mut buf);
+                    s.get().encode_in(Encoding::Shaped, &mut buf);
                     s.loc = Some(place(buf.len() - start, xxh3_64(&buf[start..])));
                 }
                 vec![Chunk::Owned(buf)]
             }
             Block::Leaf(l) => {
                 // Every basement in memory is compact, and a written node is fully loaded.
-                l.enc = Encoding::Compact;
+                l.enc = Encoding::Shaped;
                 let mut tail = Vec::with_capacity(2 * l.bases.len());
                 for b in &mut l.bases {
                     // A written basement gives back the slack its in-place inserts left.
                     b.get_mut().shrink();
-                    let (count, data) = b.get().shared_data();
+                    let (first, data) = b.get().shaped();
                     let mut sum = Xxh3::new();
-                    sum.update(&count);
-                    sum.update(&data);
-                    b.loc = Some(place(count.len() + data.len(), sum.digest()));
-                    tail.push(Chunk::Owned(count.to_vec()));
-                    tail.push(Chunk::Shared(data));
+                    sum.update(&first);
+                    let mut len = first.len();
+                    if let Some(data) = &data {
+                        sum.update(data);
+                        len += data.len();
+                    }
+                    b.loc = Some(place(len, sum.digest()));
+                    tail.push(Chunk::Owned(first));
+                    tail.extend(data.map(Chunk::Shared));
                 }
                 tail
             }
@@ -857,11 +871,11 @@ mod tests {
         s
     }
 
-    /// A node of the older internal kind holds fixed-encoding segments: its head reads as the
-    /// compact kind's does, its segments decode in the fixed encoding (and not in the compact
-    /// one), and it is written back in the compact kind.
+    /// A node of the older internal kinds holds fixed-encoding or compact segments: its head
+    /// reads as the shaped kind's does, its segments decode in their kind's encoding (fixed
+    /// ones not as compact), and it is written back in the shaped kind.
     #[test]
-    fn an_internal_node_of_the_older_kind_is_read_and_written_back_compact() {
+    fn an_internal_node_of_an_older_kind_is_read_and_written_back_shaped() {
         let segs = [seg(&["a", "b", "c"], 1 << 20), seg(&["m", "x"], 7)];
         let mut pivots = Keys::default();
         pivots.push(b"m".to_vec());
@@ -877,7 +891,15 @@ mod tests {
         });
         node.seal(9);
         let mut head = Vec::new();
-        assert_eq!(node.encode_head(&mut head), KIND_INTERNAL_COMPACT);
+        assert_eq!(node.encode_head(&mut head), KIND_INTERNAL_SHAPED);
+        // Under the compact kind, the compact bytes are read.
+        let mut compact_node = Block::decode_head(KIND_INTERNAL_COMPACT, &head).unwrap();
+        for (i, s) in segs.iter().enumerate() {
+            let mut compact = Vec::new();
+            s.encode(&mut compact);
+            compact_node.install(i, &compact).unwrap();
+        }
+        assert_eq!(compact_node.enc(), Encoding::Compact);
         // The same head under the older kind: the head's layout did not change.
         let mut old = Block::decode_head(KIND_INTERNAL, &head).unwrap();
         assert_eq!(old.enc(), Encoding::Fixed);
@@ -895,12 +917,16 @@ mod tests {
             };
             assert_eq!(n.segs[i].get(), s);
         }
-        old.seal(9);
-        assert_eq!(old.enc(), Encoding::Compact);
-        let mut again = Vec::new();
-        assert_eq!(old.encode_head(&mut again), KIND_INTERNAL_COMPACT);
-        assert_eq!(again, head);
+        for n in [&mut old, &mut compact_node] {
+            n.seal(9);
+            assert_eq!(n.enc(), Encoding::Shaped);
+            let mut again = Vec::new();
+            assert_eq!(n.encode_head(&mut again), KIND_INTERNAL_SHAPED);
+            assert_eq!(again, head);
+        }
         assert_eq!(segment_encoding(KIND_RUN), Encoding::Fixed);
         assert_eq!(segment_encoding(KIND_RUN_COMPACT), Encoding::Compact);
+        assert_eq!(segment_encoding(KIND_RUN_SHAPED), Encoding::Shaped);
+        assert_eq!(segment_encoding(KIND_LEAF_SHAPED), Encoding::Shaped);
     }
 }

@@ -115,7 +115,7 @@ impl BeTree {
             let runs: Vec<(usize, NodeId, bool, Option<Arc<Run>>)> = {
                 let g = pin.read();
                 let n = internal(&g);
-                take(&n.segs[i], n.enc, probe, &collect, &mut msgs)
+                take(&n.segs[i], probe, &collect, &mut msgs)
                     .map_err(|what| self.corrupt(pin.id(), format!("segment {i}: {what}")))?;
                 if settled(&msgs) {
                     return Ok((None, lo, hi, msgs));
@@ -179,7 +179,7 @@ impl BeTree {
                     let Block::Run(r) = &*g else {
                         unreachable!("checked above")
                     };
-                    take(&r.chunks[c], r.enc, probe, &collect, &mut msgs)
+                    take(&r.chunks[c], probe, &collect, &mut msgs)
                         .map_err(|what| self.corrupt(id, format!("chunk {c}: {what}")))?;
                 }
             }
@@ -195,14 +195,13 @@ impl BeTree {
 /// point query, the messages for its key found in the raw bytes.
 fn take(
     part: &Part<Segment>,
-    enc: Encoding,
     probe: Option<&[u8]>,
     collect: &impl Fn(&Segment, &mut Vec<Msg>),
     out: &mut Vec<Msg>,
 ) -> std::result::Result<(), String> {
     match (&part.data, &part.raw, probe) {
         (Some(seg), _, _) => collect(seg, out),
-        (None, Some(raw), Some(key)) => out.extend(raw.lookup(key, enc)?),
+        (None, Some(raw), Some(key)) => out.extend(raw.lookup(key)?),
         _ => unreachable!("a descent makes the partitions it reads resident"),
     }
     Ok(())

@@ -23,8 +23,8 @@ pub(crate) fn raw_messages(
     // Directory entries: internal (id u64, offset u32, length u32, xxh3 u64, count u32), run
     // (offset u32, length u32, xxh3 u64, count u32).
     let (size, skip) = match k {
-        node::KIND_INTERNAL | node::KIND_INTERNAL_COMPACT => (28, 8),
-        node::KIND_RUN | node::KIND_RUN_COMPACT => (20, 0),
+        k if node::INTERNAL_KINDS.contains(&k) => (28, 8),
+        k if node::RUN_KINDS.contains(&k) => (20, 0),
         _ => return Ok(Vec::new()),
     };
     let u32_at = |i: usize| {
@@ -335,7 +335,7 @@ impl BeTree {
             // loading a node checks everything.
             let k = self.store.pager().read_part(id, 20, 1).ok().map(|b| b[0]);
             match k {
-                Some(node::KIND_RUN | node::KIND_RUN_COMPACT) => {
+                Some(k) if node::RUN_KINDS.contains(&k) => {
                     let (mut msgs, first) = (Vec::new(), w.lost.len());
                     self.salvage_run(id, None, None, &mut msgs, w)?;
                     for d in &mut w.lost[first..] {
@@ -351,12 +351,7 @@ impl BeTree {
                         }
                     }
                 }
-                Some(
-                    node::KIND_LEAF
-                    | node::KIND_LEAF_COMPACT
-                    | node::KIND_INTERNAL
-                    | node::KIND_INTERNAL_COMPACT,
-                ) => {
+                Some(k) if node::LEAF_KINDS.contains(&k) || node::INTERNAL_KINDS.contains(&k) => {
                     match self.store.get(id) {
                         Ok(pin) => {
                             let key = match &*pin.read() {
