@@ -754,8 +754,8 @@ fn check_basement(input: &[u8]) {
                 assert_eq!(b.search(b.key(i)), Ok(i));
                 let _ = b.val(i).logical_len();
             }
-            let (mut out, data) = b.shaped();
-            out.extend_from_slice(data.as_deref().map_or(&[][..], |d| d.as_slice()));
+            let (mut out, body) = b.shaped();
+            out.extend_from_slice(&body.bytes());
             assert_eq!(out, input, "re-encoded differently");
         }
         Err(what) => assert!(!what.is_empty()),

@@ -38,7 +38,7 @@ use crate::codec::{put_varint, varint_len, Reader};
 use crate::kv::entries::decode_entries;
 use crate::kv::msg::Encoding;
 use crate::kv::{head, Keys, Val};
-use crate::storage::NodeId;
+use crate::storage::{Chunk, NodeId};
 use std::cmp::Ordering;
 use std::sync::Arc;
 
@@ -430,26 +430,26 @@ impl Basement {
         (self.len() as u32).to_le_bytes()
     }
 
-    /// The shaped kinds' encoding, in the pieces a node writes back to back: the count, the
-    /// form and (form 1) the shape, with (form 1) the entries stripped of their lengths, a copy;
-    /// then (form 0) the entries, shared with this basement without a copy (it copies them
-    /// before its next change while they are held).
-    pub fn shaped(&self) -> (Vec<u8>, Option<Arc<Vec<u8>>>) {
+    /// The shaped kinds' encoding, in the two pieces a node writes back to back: the count,
+    /// the form and (form 1) the shape; then the entries, shared with this basement without a
+    /// copy (it copies them before its next change while they are held), in form 1 each
+    /// written without its lengths (`Chunk::Strided`: stripped only as the block is written).
+    pub fn shaped(&self) -> (Vec<u8>, Chunk) {
         let mut out = Vec::with_capacity(16);
         out.extend_from_slice(&self.count());
         let Some((h, klen, vlen)) = self.shape() else {
             out.push(0);
-            return (out, Some(self.data.clone()));
+            return (out, Chunk::Shared(self.data.clone()));
         };
         out.push(1);
         put_varint(&mut out, klen as u64);
         put_varint(&mut out, vlen as u64);
-        let e = h + klen + vlen;
-        out.reserve(self.len() * (klen + vlen));
-        for at in (0..self.data.len()).step_by(e) {
-            out.extend_from_slice(&self.data[at + h..at + e]);
-        }
-        (out, None)
+        let body = Chunk::Strided {
+            data: self.data.clone(),
+            stride: h + klen + vlen,
+            skip: h,
+        };
+        (out, body)
     }
 
     /// (bytes of an entry's lengths, key length, value length) when every entry has them and
@@ -559,21 +559,31 @@ impl Basement {
                 let mut lengths = Vec::with_capacity(8);
                 put_varint(&mut lengths, (klen as u64) << 1);
                 put_varint(&mut lengths, vlen as u64);
-                let e = lengths.len() + size;
-                let mut b = Basement::with_capacity(n, n * e);
-                for i in 0..n {
+                let h = lengths.len();
+                let e = h + size;
+                // One buffer, filled entry by entry in place: a point read that misses decodes
+                // a basement, and growing a vector per entry cost it twice the compact decode.
+                let mut data = vec![0u8; n * e];
+                let mut offs = Vec::with_capacity(n);
+                let mut heads = Vec::with_capacity(n);
+                let mut prev: Option<&[u8]> = None;
+                for (i, dst) in data.chunks_exact_mut(e).enumerate() {
                     let entry = &body[i * size..(i + 1) * size];
                     let key = &entry[..klen];
-                    if i > 0 && &body[(i - 1) * size..(i - 1) * size + klen] >= key {
+                    if prev.is_some_and(|p| p >= key) {
                         return Err("entries out of order".into());
                     }
-                    b.offs.push((i * e) as u32);
-                    b.heads.push(head(key));
-                    let data = b.data_mut();
-                    data.extend_from_slice(&lengths);
-                    data.extend_from_slice(entry);
+                    prev = Some(key);
+                    dst[..h].copy_from_slice(&lengths);
+                    dst[h..].copy_from_slice(entry);
+                    offs.push((i * e) as u32);
+                    heads.push(head(key));
                 }
-                Ok(b)
+                Ok(Basement {
+                    data: Arc::new(data),
+                    offs,
+                    heads,
+                })
             }
             f => Err(format!("unknown basement form {f}")),
         }
@@ -618,10 +628,8 @@ mod tests {
 
     /// The shaped encoding in one buffer.
     fn shaped(b: &Basement) -> Vec<u8> {
-        let (mut out, data) = b.shaped();
-        if let Some(d) = data {
-            out.extend_from_slice(&d);
-        }
+        let (mut out, body) = b.shaped();
+        out.extend_from_slice(&body.bytes());
         out
     }
 
@@ -632,8 +640,12 @@ mod tests {
         let mut b = Basement::default();
         b.push(b"ka", &inline("xyz"));
         b.push(b"kb", &inline("uvw"));
-        let (first, data) = b.shaped();
-        assert!(data.is_none());
+        let (_, body) = b.shaped();
+        // Stripped of the lengths as it is written, from the basement's own bytes.
+        assert!(matches!(&body, Chunk::Strided { data, stride: 7, skip: 2 }
+            if Arc::ptr_eq(data, &b.data)));
+        let first = shaped(&b);
+        assert_eq!(body.len() + 7, first.len());
         let hex: String = first.iter().map(|x| format!("{x:02x}")).collect();
         // count 2, form 1, key length 2, value length 3, then each key and value.
         assert_eq!(
@@ -653,9 +665,9 @@ mod tests {
         blobs.push(b"a", &Val::Blob { id: 1, len: 500 });
         blobs.push(b"b", &Val::Blob { id: 2, len: 500 });
         for m in [&mixed, &blobs, &Basement::default()] {
-            let (first, data) = m.shaped();
+            let (first, body) = m.shaped();
             assert_eq!(first[..], [m.len() as u8, 0, 0, 0, 0]);
-            assert!(Arc::ptr_eq(&data.unwrap(), &m.data));
+            assert!(matches!(&body, Chunk::Shared(d) if Arc::ptr_eq(d, &m.data)));
             assert_eq!(Basement::decode(&shaped(m), Encoding::Shaped).unwrap(), *m);
         }
 

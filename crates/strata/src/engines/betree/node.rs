@@ -770,8 +770,8 @@ impl StoredNode for Block {
             Block::Run(r) => r.head_len(),
         };
         // Partitions are located and summed as they are laid out after the head. Segments are
-        // encoded into one buffer; basements are written from their own buffers, uncopied,
-        // unless every entry has one shape (`Basement::shaped`).
+        // encoded into one buffer; basements are written from their own buffers, uncopied
+        // until written (`Basement::shaped`), so a checkpoint's thread writes them.
         let mut at = BLOCK_HEADER + head_len;
         let mut place = |len: usize, sum: u64| {
             let loc = Loc {
@@ -804,17 +804,13 @@ impl StoredNode for Block {
                 for b in &mut l.bases {
                     // A written basement gives back the slack its in-place inserts left.
                     b.get_mut().shrink();
-                    let (first, data) = b.get().shaped();
+                    let (first, body) = b.get().shaped();
                     let mut sum = Xxh3::new();
                     sum.update(&first);
-                    let mut len = first.len();
-                    if let Some(data) = &data {
-                        sum.update(data);
-                        len += data.len();
-                    }
-                    b.loc = Some(place(len, sum.digest()));
+                    body.digest_into(&mut sum);
+                    b.loc = Some(place(first.len() + body.len(), sum.digest()));
                     tail.push(Chunk::Owned(first));
-                    tail.extend(data.map(Chunk::Shared));
+                    tail.push(body);
                 }
                 tail
             }
