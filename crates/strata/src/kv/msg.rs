@@ -238,7 +238,8 @@ impl Msg {
         }
     }
 
-    /// One message as `encode_in` wrote it alone (a shaped message alone is compact).
+    /// One message as `encode` (compact, which is also how a shaped segment lays out a message
+    /// alone) or `encode_fixed` wrote it.
     pub fn decode(r: &mut Reader<'_>, enc: Encoding) -> Result<Msg, String> {
         Msg::decode_in(r, Form::of(enc))
     }
