@@ -69,8 +69,9 @@ pub fn available_engines(with_go: bool) -> (Vec<String>, Vec<String>) {
     // A departure every engine shares: the allocator of the process it runs in (`main.rs`).
     let mut notes = vec![
         "allocator: each engine runs in a `strata` process of its own, whose Rust allocations \
-         (strata's engines, fjall, redb) go to mimalloc; RocksDB's C++ and LMDB's C allocate \
-         through the C library's malloc, Pebble and bbolt through Go's runtime"
+         (strata's engines, fjall, redb) go to mimalloc, built without requests for transparent \
+         huge pages; RocksDB's C++ and LMDB's C allocate through the C library's malloc, Pebble \
+         and bbolt through Go's runtime"
             .to_string(),
     ];
     if !names.iter().any(|n| n == "rocksdb") {

@@ -27,7 +27,10 @@ use strata::{Db, Options};
 /// again at every merge and drain): under glibc's malloc the allocator took a third of a load's
 /// CPU, and with two threads (the drain thread frees what the writer allocated) more
 /// (docs/performance.md). The library leaves the choice to its users; this tool, and the peers
-/// it runs in its own process, use mimalloc.
+/// it runs in its own process, use mimalloc, built not to ask for transparent huge pages
+/// (`no_thp`): where the kernel grants them only on request, a fault in memory it gave back
+/// and took again then zeroes 4 KiB, not 2 MiB; the huge pages' faults had put 4.5 ms into
+/// the writer's drains and doubled the 1M-key load's commit p99 (docs/performance.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
