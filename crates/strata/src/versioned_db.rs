@@ -69,6 +69,9 @@ pub struct VersionedOptions {
     pub create_if_missing: bool,
     /// Cost model used to price IOs in the statistics.
     pub cost_model: Affine,
+    /// The SDA's merges on a thread of their own (the default), else inline on the writer,
+    /// as `Options::background_merges` is for `Db`'s engines.
+    pub background_merges: bool,
 }
 
 impl Default for VersionedOptions {
@@ -80,6 +83,7 @@ impl Default for VersionedOptions {
             checkpoint_wal_bytes: 64 << 20,
             create_if_missing: true,
             cost_model: Affine::default(),
+            background_merges: true,
         }
     }
 }
@@ -216,12 +220,14 @@ fn open_engine(
 ) -> Result<Box<dyn VersionedEngine>> {
     match cp {
         None => match opts.engine {
-            VersionedEngineOptions::Sda(cfg) => Ok(Box::new(Sda::create(pager, cfg)?)),
+            VersionedEngineOptions::Sda(cfg) => Ok(Box::new(
+                Sda::create(pager, cfg)?.background(opts.background_merges),
+            )),
             VersionedEngineOptions::Cow(cfg) => Ok(Box::new(CowTree::create(pager, cfg)?)),
         },
         Some(cp) => match cp.engine_meta.first() {
             Some(&sda::ENGINE_TAG) => {
-                let mut t = Sda::open(pager, cp)?;
+                let mut t = Sda::open(pager, cp)?.background(opts.background_merges);
                 // The cache's size is not in the superblock: the options' if they name the SDA.
                 if let VersionedEngineOptions::Sda(cfg) = opts.engine {
                     t.set_cache_bytes(cfg.cache_bytes);

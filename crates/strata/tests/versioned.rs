@@ -708,6 +708,48 @@ fn each_a_fault_at_any_io_keeps_every_acknowledged_change(kind: Kind) {
 
 /// Values far larger than a block or a node, and the empty key, through flushes, merges,
 /// splits and a reopen.
+/// The SDA's merges on a thread of their own (the default): random changes with larger
+/// values than the other tests put, so that merges reach the size handed to the thread, read
+/// back against the reference after every change, and through a reopen; some merges ran on
+/// the thread, and flushes waited for them.
+#[test]
+fn merges_on_their_own_thread_keep_every_answer() {
+    let env = SimEnv::new();
+    let opts = opts(Kind::Sda, Durability::None);
+    let mut db = VersionedDb::open_in(&env, opts.clone()).unwrap();
+    let mut m = VersionedMap::new();
+    let mut rng = 0x5851_f42d_4c95_7f2du64;
+    let (mut background, mut stalls) = (0, 0);
+    for round in 0..4 {
+        for i in 0..600 {
+            let s = match random_change(&mut rng, &m) {
+                Step::Put(v, k, x) => {
+                    let val = vec![x as u8; 40 + (x as usize % 200)];
+                    db.put_at(v as u64, key(k), &val).unwrap();
+                    m.put_at(v as u64, &key(k), &val).unwrap();
+                    continue;
+                }
+                s => s,
+            };
+            apply_db(&db, &s).unwrap();
+            apply_model(&mut m, &s);
+            if i % 50 == 0 {
+                assert_eq!(dump(&db), dump_model(&m), "round {round}, change {i}");
+            }
+        }
+        let st = db.stats().unwrap();
+        background += st.detail("background_merges");
+        stalls += st.detail("stalls");
+        db.check().unwrap();
+        assert_eq!(dump(&db), dump_model(&m), "round {round}");
+        drop(db);
+        db = VersionedDb::open_in(&env, opts.clone()).unwrap();
+        assert_eq!(dump(&db), dump_model(&m), "round {round}, reopened");
+    }
+    assert!(background > 20, "{background} merges on the thread");
+    assert!(stalls > 0, "no flush waited for merges");
+}
+
 #[test]
 fn large_values_and_the_empty_key_round_trip() {
     for kind in KINDS {

@@ -31,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::kv::{Filter, Keys};
 use crate::layout::Part;
 use crate::storage::block::kind;
-use crate::storage::{Chunk, NodeId, Pager, Sealed};
+use crate::storage::{Chunk, Device, Extent, NodeId, Pager, Sealed};
 
 /// Block kinds of the SDA (after the LSM-tree's): arrays of the first, fixed-width entry
 /// encoding, the manifest, and arrays of varint entries (written since).
@@ -530,17 +530,27 @@ impl Head {
 
     /// Every entry of array `id`, read with one IO and verified.
     pub fn read_all(&self, pager: &Pager, id: NodeId) -> Result<Vec<Entry>> {
-        let ext_len = pager.extent(id).map_or(0, |e| e.len) as usize;
-        let whole = pager.read_part(id, 0, ext_len)?;
+        let ext = pager.extent(id).ok_or_else(|| {
+            Error::corruption(
+                pager.file_name(),
+                0,
+                format!("SDA array {id} is not in the pager's table"),
+            )
+        })?;
+        self.read_all_at(&**pager.device(), id, ext)
+    }
+
+    /// `read_all` of the array at `ext`, straight from the device: for a merge on a thread of
+    /// its own, which holds no pager (the array stays in the levels, so its extent is not
+    /// reused, until the merge is installed).
+    pub fn read_all_at(&self, dev: &dyn Device, id: NodeId, ext: Extent) -> Result<Vec<Entry>> {
+        let mut whole = vec![0u8; ext.len as usize];
+        dev.read_at(&mut whole, ext.offset)?;
         let mut out = Vec::with_capacity(self.entries as usize);
         for (i, b) in self.blocks.iter().enumerate() {
-            let at = pager.offset_of(id) + b.part.at(self.head_len);
+            let at = ext.offset + b.part.at(self.head_len);
             let bad = |what: String| {
-                Error::corruption(
-                    pager.file_name(),
-                    at,
-                    format!("SDA array {id}: block {i}: {what}"),
-                )
+                Error::corruption(dev.name(), at, format!("SDA array {id}: block {i}: {what}"))
             };
             let bytes = b
                 .part

@@ -20,8 +20,10 @@
 use std::collections::BTreeSet;
 
 use super::array::{build_blocks, Entry};
+use super::merger::TreeEvent;
 use super::policy::{self, level_for, ArrayInfo};
 use super::*;
+use crate::storage::{BlockSink, Extent};
 
 impl Sda {
     /// Write the buffer out as arrays.
@@ -39,35 +41,40 @@ impl Sda {
         Ok(())
     }
 
-    /// Merge intersecting arrays, lowest level first, until the levels are stratified.
+    /// Merge intersecting arrays, lowest level first, until the levels are stratified, then
+    /// rewrite the arrays version deletes left with too much unreachable: here, on the writer
+    /// (waiting first for a merge running on its own thread).
     pub(super) fn merge_due(&mut self) -> Result<()> {
+        self.reap(true)?;
         if !self.unsettled {
             return Ok(());
         }
         while let Some((level, i, j)) = policy::next_merge(&self.levels) {
-            let b = self.levels[level].remove(j);
-            let a = self.levels[level].remove(i);
-            let mut entries = Vec::with_capacity((a.entries + b.entries) as usize);
-            for input in [&a, &b] {
-                entries.extend(self.read_entries(input)?);
-                self.counters.merge_read_bytes += input.bytes;
-            }
-            entries.sort_by(|x, y| x.order(y));
-            // The newest write of a (key, version) sorts first; older ones are hidden.
-            let before = entries.len();
-            entries
-                .dedup_by(|later, first| later.key == first.key && later.version == first.version);
-            self.counters.dropped += (before - entries.len()) as u64;
-            let mut w_set = a.versions.clone();
-            w_set.extend(&b.versions);
-            w_set.sort_unstable();
-            w_set.dedup();
-            self.counters.merges += 1;
-            self.write_pieces(&entries, &w_set, level)?;
-            self.free_array(a.id);
-            self.free_array(b.id);
+            self.merge_inline(level, i, j)?;
         }
-        // Its pieces partition the same W at the same level: nothing new to merge.
+        self.reclaim_due()?;
+        debug_assert!(policy::stratified(&self.levels), "levels not stratified");
+        self.unsettled = false;
+        self.lag = 0;
+        Ok(())
+    }
+
+    /// Merge arrays i and j (i < j) of `level` here, on the writer.
+    pub(super) fn merge_inline(&mut self, level: usize, i: usize, j: usize) -> Result<()> {
+        let b = self.levels[level].remove(j);
+        let a = self.levels[level].remove(i);
+        let work = self.merge_work(&a, &b)?;
+        let merged = work.run()?;
+        self.counters.merge_read_bytes += a.bytes + b.bytes;
+        self.install_merged(level, merged, &[])?;
+        self.free_array(a.id);
+        self.free_array(b.id);
+        Ok(())
+    }
+
+    /// Rewrite, one at a time, the arrays version deletes left with too much unreachable.
+    /// Its pieces partition the same W at the same level: nothing new to merge.
+    pub(super) fn reclaim_due(&mut self) -> Result<()> {
         while let Some((level, i)) = policy::next_reclaim(&self.levels) {
             let a = self.levels[level].remove(i);
             let entries = self.read_entries(&a)?;
@@ -76,9 +83,84 @@ impl Sda {
             self.write_pieces(&entries, &a.versions, level)?;
             self.free_array(a.id);
         }
-        debug_assert!(policy::stratified(&self.levels), "levels not stratified");
-        self.unsettled = false;
         Ok(())
+    }
+
+    /// What merging arrays `a` and `b` needs, owned, so that it can run on another thread:
+    /// their entries where the block cache holds them whole, else their heads and extents.
+    pub(super) fn merge_work(&mut self, a: &ArrayInfo, b: &ArrayInfo) -> Result<MergeWork> {
+        let mut inputs = Vec::with_capacity(2);
+        for x in [a, b] {
+            let head = self.head(x.id)?;
+            inputs.push(match self.cache.all_of(x.id, head.blocks.len()) {
+                Some(views) => Source::Given(views.iter().flat_map(|v| v.to_entries()).collect()),
+                None => {
+                    let ext = self.pager.extent(x.id).ok_or_else(|| {
+                        Error::corruption(
+                            self.pager.file_name(),
+                            0,
+                            format!("SDA array {} is not in the pager's table", x.id),
+                        )
+                    })?;
+                    Source::Read {
+                        id: x.id,
+                        ext,
+                        head,
+                    }
+                }
+            });
+        }
+        let mut w_set = a.versions.clone();
+        w_set.extend(&b.versions);
+        w_set.sort_unstable();
+        w_set.dedup();
+        Ok(MergeWork {
+            inputs,
+            w_set,
+            tree: self.tree.clone(),
+            cfg: self.cfg,
+            encoding: self.encoding,
+            sink: self.pager.block_sink(),
+        })
+    }
+
+    /// Put a merge's arrays in the levels at `level` or above, after replaying on them the
+    /// version-tree changes made since the merge began (`events`, oldest first).
+    pub(super) fn install_merged(
+        &mut self,
+        level: usize,
+        merged: Merged,
+        events: &[TreeEvent],
+    ) -> Result<()> {
+        self.counters.merges += 1;
+        self.counters.dropped += merged.hidden;
+        let mut cut = merged.cut;
+        if !events.is_empty() {
+            #[cfg(test)]
+            {
+                self.replayed += 1;
+            }
+            for m in &mut cut.made {
+                for e in events {
+                    match *e {
+                        // As `clone_version` does to the arrays in the levels.
+                        TreeEvent::Clone(v, w) if m.info.serves(v) => m.info.versions.push(w),
+                        TreeEvent::Delete(v) => m.info.versions.retain(|&x| x != v),
+                        TreeEvent::Clone(..) => {}
+                    }
+                }
+                m.info.dead = policy::unreachable(&m.info, &self.tree);
+            }
+            // An array whose versions were all deleted meanwhile holds nothing to read.
+            let sink = self.pager.block_sink();
+            cut.made.retain(|m| {
+                if m.info.versions.is_empty() {
+                    sink.discard(m.ext);
+                }
+                !m.info.versions.is_empty()
+            });
+        }
+        self.place(cut, level)
     }
 
     /// Merge every array (and the buffer) into the fewest dense arrays, at the deepest level:
@@ -124,65 +206,46 @@ impl Sda {
     /// Write the entries live at some version of `w_set` as dense pieces, placed at `level` or
     /// above.
     fn write_pieces(&mut self, entries: &[Entry], w_set: &[Version], level: usize) -> Result<()> {
+        let sink = self.pager.block_sink();
+        let cut = make_pieces(entries, w_set, &self.tree, &self.cfg, self.encoding, &sink)?;
+        self.place(cut, level)
+    }
+
+    /// Enter arrays written by `make_pieces` in the table and the levels, each at `level` or
+    /// the level of its size if that is higher. Nothing is entered if one would need more
+    /// than `MAX_LEVELS` (all are given back).
+    fn place(&mut self, cut: Cut, level: usize) -> Result<()> {
         self.unsettled = true;
-        let live = policy::live_sets(entries, w_set, &self.tree);
-        let kept: BTreeSet<usize> = live.iter().flat_map(|(_, l)| l.iter().copied()).collect();
-        let pieces = if self.cfg.density_amplification {
-            policy::split(&live, &self.tree)
-        } else if kept.is_empty() {
-            Vec::new()
-        } else {
-            // One array for the versions that see anything of it, dense or not.
-            vec![policy::Piece {
-                versions: live.iter().map(|(v, _)| *v).collect(),
-                entries: kept.iter().copied().collect(),
-            }]
-        };
-        self.counters.dropped += (entries.len() - kept.len()) as u64;
-        if pieces.len() > 1 {
+        self.counters.dropped += cut.dropped;
+        self.counters.merge_write_bytes += cut.written;
+        if cut.made.len() > 1 {
             self.counters.splits += 1;
         }
-        #[cfg(debug_assertions)]
-        if self.cfg.density_amplification {
-            let counts = live.iter().map(|(v, l)| (*v, l.len())).collect();
-            for p in &pieces {
-                assert!(
-                    policy::piece_is_dense(p, &counts),
-                    "a piece below density: {p:?}"
-                );
+        let level0 = self.cfg.level0_entries;
+        let at = |m: &Made| level.max(level_for(m.info.entries, level0));
+        if let Some(m) = cut.made.iter().find(|m| at(m) >= MAX_LEVELS) {
+            let e = Error::InvalidOptions(format!(
+                "an SDA array of {} entries needs more than {MAX_LEVELS} levels",
+                m.info.entries
+            ));
+            let sink = self.pager.block_sink();
+            for m in cut.made {
+                sink.discard(m.ext);
             }
+            return Err(e);
         }
-        for p in pieces {
-            let out: Vec<Entry> = p.entries.iter().map(|&i| entries[i].clone()).collect();
-            let id = self.pager.new_id();
-            let (head, sealed, blocks) = build_blocks(
-                &out,
-                self.cfg.block_bytes,
-                self.cfg.filter_bits,
-                id,
-                self.encoding,
-            );
-            self.pager.write_sealed(id, sealed)?;
-            let bytes = self.pager.extent(id).map_or(0, |e| e.len);
-            self.counters.merge_write_bytes += bytes;
+        for m in cut.made {
+            let at = at(&m);
+            let Made {
+                ext,
+                head,
+                blocks,
+                info,
+            } = m;
+            let id = info.id;
+            self.pager.adopt_written(id, ext);
             let head = Arc::new(head);
             self.keep_head(id, head.clone());
-            let info = ArrayInfo {
-                id,
-                entries: out.len() as u64,
-                bytes,
-                versions: p.versions,
-                by_version: policy::count_by_version(out.iter().map(|e| &e.version)),
-                // Every entry kept is live at a version of the piece.
-                dead: 0,
-            };
-            let at = level.max(level_for(info.entries, self.cfg.level0_entries));
-            if at >= MAX_LEVELS {
-                return Err(Error::InvalidOptions(format!(
-                    "an SDA array of {} entries needs more than {MAX_LEVELS} levels",
-                    info.entries
-                )));
-            }
             if self.levels.len() <= at {
                 self.levels.resize_with(at + 1, Vec::new);
             }
@@ -210,5 +273,168 @@ impl Sda {
             return Ok(views.iter().flat_map(|v| v.to_entries()).collect());
         }
         head.read_all(&self.pager, a.id)
+    }
+}
+
+/// An array written to a fresh extent (`make_pieces`), not yet in the table or the levels.
+pub(super) struct Made {
+    ext: Extent,
+    head: Head,
+    /// Its blocks' bytes, for the block cache.
+    blocks: Vec<Arc<Vec<u8>>>,
+    /// Its entry in the levels, the level aside (`dead` is 0: every entry is live at a version
+    /// of its W when it is made).
+    info: ArrayInfo,
+}
+
+/// Arrays made of one set of entries.
+pub(super) struct Cut {
+    made: Vec<Made>,
+    /// Entries live at no version of the W they were cut for.
+    dropped: u64,
+    /// Bytes written.
+    written: u64,
+}
+
+/// Write the entries (in `Entry::order`, one per (key, version)) live at some version of
+/// `w_set` as dense pieces (`policy::split`; one array for all of them without density
+/// amplification), each one array in one write through `sink`. On an error the arrays
+/// already written are given back. Pure but for the writes, so that a merge can run it on a
+/// thread of its own.
+pub(super) fn make_pieces(
+    entries: &[Entry],
+    w_set: &[Version],
+    tree: &VersionTree,
+    cfg: &Config,
+    encoding: array::Encoding,
+    sink: &BlockSink,
+) -> Result<Cut> {
+    let live = policy::live_sets(entries, w_set, tree);
+    let kept: BTreeSet<usize> = live.iter().flat_map(|(_, l)| l.iter().copied()).collect();
+    let pieces = if cfg.density_amplification {
+        policy::split(&live, tree)
+    } else if kept.is_empty() {
+        Vec::new()
+    } else {
+        // One array for the versions that see anything of it, dense or not.
+        vec![policy::Piece {
+            versions: live.iter().map(|(v, _)| *v).collect(),
+            entries: kept.iter().copied().collect(),
+        }]
+    };
+    #[cfg(debug_assertions)]
+    if cfg.density_amplification {
+        let counts = live.iter().map(|(v, l)| (*v, l.len())).collect();
+        for p in &pieces {
+            assert!(
+                policy::piece_is_dense(p, &counts),
+                "a piece below density: {p:?}"
+            );
+        }
+    }
+    let mut cut = Cut {
+        made: Vec::with_capacity(pieces.len()),
+        dropped: (entries.len() - kept.len()) as u64,
+        written: 0,
+    };
+    for p in pieces {
+        let out: Vec<Entry> = p.entries.iter().map(|&i| entries[i].clone()).collect();
+        let id = sink.new_id();
+        let (head, sealed, blocks) =
+            build_blocks(&out, cfg.block_bytes, cfg.filter_bits, id, encoding);
+        let ext = match sink.write(sealed) {
+            Ok(ext) => ext,
+            Err(e) => {
+                for m in cut.made {
+                    sink.discard(m.ext);
+                }
+                return Err(e);
+            }
+        };
+        cut.written += ext.len;
+        cut.made.push(Made {
+            ext,
+            head,
+            blocks,
+            info: ArrayInfo {
+                id,
+                entries: out.len() as u64,
+                bytes: ext.len,
+                versions: p.versions,
+                by_version: policy::count_by_version(out.iter().map(|e| &e.version)),
+                dead: 0,
+            },
+        });
+    }
+    Ok(cut)
+}
+
+/// Where a merge's input comes from.
+pub(super) enum Source {
+    /// Its entries, taken from the block cache.
+    Given(Vec<Entry>),
+    /// Read whole from the device.
+    Read {
+        id: NodeId,
+        ext: Extent,
+        head: Arc<Head>,
+    },
+}
+
+/// A merge of two arrays, owned: what it needs of the engine, taken when it starts.
+pub(super) struct MergeWork {
+    inputs: Vec<Source>,
+    w_set: Vec<Version>,
+    /// The version tree when the merge began: liveness is decided by it, and the changes
+    /// made since are replayed on the output at install (`Sda::install_merged`).
+    tree: VersionTree,
+    cfg: Config,
+    encoding: array::Encoding,
+    sink: BlockSink,
+}
+
+/// What a merge made.
+pub(super) struct Merged {
+    cut: Cut,
+    /// Entries hidden by a newer write of their (key, version).
+    hidden: u64,
+}
+
+impl Merged {
+    /// Give the arrays back unwritten to the table (a merge never installed).
+    pub(super) fn discard(self, sink: &BlockSink) {
+        for m in self.cut.made {
+            sink.discard(m.ext);
+        }
+    }
+}
+
+impl MergeWork {
+    /// Read the inputs, sort their entries together, keep the newest write of each (key,
+    /// version), and write what the versions of W read as dense pieces.
+    pub(super) fn run(self) -> Result<Merged> {
+        let mut entries = Vec::new();
+        for input in self.inputs {
+            match input {
+                Source::Given(e) => entries.extend(e),
+                Source::Read { id, ext, head } => {
+                    entries.extend(head.read_all_at(&**self.sink.device(), id, ext)?)
+                }
+            }
+        }
+        entries.sort_by(|x, y| x.order(y));
+        // The newest write of a (key, version) sorts first; older ones are hidden.
+        let before = entries.len();
+        entries.dedup_by(|later, first| later.key == first.key && later.version == first.version);
+        let hidden = (before - entries.len()) as u64;
+        let cut = make_pieces(
+            &entries,
+            &self.w_set,
+            &self.tree,
+            &self.cfg,
+            self.encoding,
+            &self.sink,
+        )?;
+        Ok(Merged { cut, hidden })
     }
 }

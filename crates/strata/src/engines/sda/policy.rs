@@ -128,10 +128,21 @@ pub fn level_for(entries: u64, base: u32) -> usize {
 /// the level's version sets (a level may hold hundreds of arrays when there are hundreds of
 /// leaves, so comparing every pair is too slow).
 pub fn next_merge(levels: &[Vec<ArrayInfo>]) -> Option<(usize, usize, usize)> {
+    next_merge_except(levels, &[])
+}
+
+/// `next_merge` among the arrays whose ids are not in `busy` (a running merge's inputs).
+pub fn next_merge_except(
+    levels: &[Vec<ArrayInfo>],
+    busy: &[NodeId],
+) -> Option<(usize, usize, usize)> {
     for (l, arrays) in levels.iter().enumerate() {
         // For each version, the arrays holding it, ascending.
         let mut holders: HashMap<Version, Vec<usize>> = HashMap::new();
         for (i, a) in arrays.iter().enumerate() {
+            if busy.contains(&a.id) {
+                continue;
+            }
             for &v in &a.versions {
                 holders.entry(v).or_default().push(i);
             }
@@ -140,6 +151,9 @@ pub fn next_merge(levels: &[Vec<ArrayInfo>]) -> Option<(usize, usize, usize)> {
             continue;
         }
         for (i, a) in arrays.iter().enumerate() {
+            if busy.contains(&a.id) {
+                continue;
+            }
             let j = a
                 .versions
                 .iter()
