@@ -117,7 +117,10 @@ impl Sda {
         Ok(MergeWork {
             inputs,
             w_set,
-            tree: self.tree.clone(),
+            tree: self
+                .tree_copy
+                .get_or_insert_with(|| Arc::new(self.tree.clone()))
+                .clone(),
             cfg: self.cfg,
             encoding: self.encoding,
             sink: self.pager.block_sink(),
@@ -387,7 +390,7 @@ pub(super) struct MergeWork {
     w_set: Vec<Version>,
     /// The version tree when the merge began: liveness is decided by it, and the changes
     /// made since are replayed on the output at install (`Sda::install_merged`).
-    tree: VersionTree,
+    tree: Arc<VersionTree>,
     cfg: Config,
     encoding: array::Encoding,
     sink: BlockSink,

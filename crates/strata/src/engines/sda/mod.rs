@@ -95,6 +95,10 @@ pub struct Sda {
     encoding: array::Encoding,
     /// Merges run on a thread of their own (`merger`), else inline on the writer.
     background: bool,
+    /// A copy of `tree` shared with merges (`merge::MergeWork`), made when the first merge
+    /// after a change to the tree asks for it: with 1,000 versions a copy per merge cost more
+    /// than many of the merges.
+    tree_copy: Option<Arc<VersionTree>>,
     /// The merge thread, and the merge running on it.
     worker: Option<merger::Worker>,
     inflight: Option<merger::InFlight>,
@@ -166,6 +170,7 @@ impl Sda {
             unsettled: true,
             encoding: array::Encoding::Varint,
             background: false,
+            tree_copy: None,
             worker: None,
             inflight: None,
             background_merges: 0,
@@ -268,6 +273,7 @@ impl VersionedEngine for Sda {
 
     fn clone_version(&mut self, v: Version) -> Result<Version> {
         let w = self.tree.clone_version(v)?;
+        self.tree_copy = None;
         self.tree_changed(merger::TreeEvent::Clone(v, w));
         // The clone sees what `v` sees, so it joins every array serving `v` (densities are
         // unchanged); `w` is the largest version, so the sets stay sorted.
@@ -304,6 +310,7 @@ impl VersionedEngine for Sda {
 
     fn delete_version(&mut self, v: Version) -> Result<()> {
         let removed = self.tree.delete(v)?;
+        self.tree_copy = None;
         self.tree_changed(merger::TreeEvent::Delete(v));
         self.unsettled = true;
         let mut freed = Vec::new();
