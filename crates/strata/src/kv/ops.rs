@@ -183,31 +183,29 @@ impl WriteBatch {
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(4 + self.encoded);
-        out.extend_from_slice(&(self.ops.len() as u32 | VARINT_LENGTHS).to_le_bytes());
-        for op in &self.ops {
-            let (tag, parts, n) = op.parts();
-            out.push(tag);
-            for p in &parts[..n] {
-                put_varint(&mut out, p.len() as u64);
-            }
-            for p in &parts[..n] {
-                out.extend_from_slice(p);
-            }
-        }
-        out
+        self.encode_in(true)
     }
 
     /// The first encoding (u32 lengths), which this build no longer writes: for tests that
     /// read logs holding it.
     #[cfg(test)]
     pub(crate) fn encode_first(&self) -> Vec<u8> {
-        let mut out = (self.ops.len() as u32).to_le_bytes().to_vec();
+        self.encode_in(false)
+    }
+
+    fn encode_in(&self, varints: bool) -> Vec<u8> {
+        let mut out = Vec::with_capacity(4 + self.encoded);
+        let head = self.ops.len() as u32 | if varints { VARINT_LENGTHS } else { 0 };
+        out.extend_from_slice(&head.to_le_bytes());
         for op in &self.ops {
             let (tag, parts, n) = op.parts();
             out.push(tag);
             for p in &parts[..n] {
-                out.extend_from_slice(&(p.len() as u32).to_le_bytes());
+                if varints {
+                    put_varint(&mut out, p.len() as u64);
+                } else {
+                    out.extend_from_slice(&(p.len() as u32).to_le_bytes());
+                }
             }
             for p in &parts[..n] {
                 out.extend_from_slice(p);

@@ -89,27 +89,7 @@ impl Sda {
     /// What merging arrays `a` and `b` needs, owned, so that it can run on another thread:
     /// their entries where the block cache holds them whole, else their heads and extents.
     pub(super) fn merge_work(&mut self, a: &ArrayInfo, b: &ArrayInfo) -> Result<MergeWork> {
-        let mut inputs = Vec::with_capacity(2);
-        for x in [a, b] {
-            let head = self.head(x.id)?;
-            inputs.push(match self.cache.all_of(x.id, head.blocks.len()) {
-                Some(views) => Source::Given(views.iter().flat_map(|v| v.to_entries()).collect()),
-                None => {
-                    let ext = self.pager.extent(x.id).ok_or_else(|| {
-                        Error::corruption(
-                            self.pager.file_name(),
-                            0,
-                            format!("SDA array {} is not in the pager's table", x.id),
-                        )
-                    })?;
-                    Source::Read {
-                        id: x.id,
-                        ext,
-                        head,
-                    }
-                }
-            });
-        }
+        let inputs = vec![self.source(a)?, self.source(b)?];
         let mut w_set = a.versions.clone();
         w_set.extend(&b.versions);
         w_set.sort_unstable();
@@ -271,11 +251,30 @@ impl Sda {
     /// Every entry of array `a`, from the cache if it holds all of its blocks (a merge of
     /// small levels then reads nothing), else read whole with one IO.
     fn read_entries(&mut self, a: &ArrayInfo) -> Result<Vec<Entry>> {
+        self.source(a)?.entries(&**self.pager.device())
+    }
+
+    /// Where array `a`'s entries come from: the cache if it holds all of its blocks, else the
+    /// device, its head and extent taken now.
+    fn source(&mut self, a: &ArrayInfo) -> Result<Source> {
         let head = self.head(a.id)?;
         if let Some(views) = self.cache.all_of(a.id, head.blocks.len()) {
-            return Ok(views.iter().flat_map(|v| v.to_entries()).collect());
+            return Ok(Source::Given(
+                views.iter().flat_map(|v| v.to_entries()).collect(),
+            ));
         }
-        head.read_all(&self.pager, a.id)
+        let ext = self.pager.extent(a.id).ok_or_else(|| {
+            Error::corruption(
+                self.pager.file_name(),
+                0,
+                format!("SDA array {} is not in the pager's table", a.id),
+            )
+        })?;
+        Ok(Source::Read {
+            id: a.id,
+            ext,
+            head,
+        })
     }
 }
 
@@ -384,6 +383,15 @@ pub(super) enum Source {
     },
 }
 
+impl Source {
+    fn entries(self, dev: &dyn Device) -> Result<Vec<Entry>> {
+        match self {
+            Source::Given(e) => Ok(e),
+            Source::Read { id, ext, head } => head.read_all_at(dev, id, ext),
+        }
+    }
+}
+
 /// A merge of two arrays, owned: what it needs of the engine, taken when it starts.
 pub(super) struct MergeWork {
     inputs: Vec<Source>,
@@ -418,12 +426,7 @@ impl MergeWork {
     pub(super) fn run(self) -> Result<Merged> {
         let mut entries = Vec::new();
         for input in self.inputs {
-            match input {
-                Source::Given(e) => entries.extend(e),
-                Source::Read { id, ext, head } => {
-                    entries.extend(head.read_all_at(&**self.sink.device(), id, ext)?)
-                }
-            }
+            entries.extend(input.entries(&**self.sink.device())?);
         }
         entries.sort_by(|x, y| x.order(y));
         // The newest write of a (key, version) sorts first; older ones are hidden.
