@@ -412,6 +412,12 @@ impl Head {
         Head::decode(&head, encoding).map_err(bad)
     }
 
+    /// Whether the array may hold an entry of `key`: within its keys and passed by its filter.
+    pub fn may_hold(&self, key: &[u8]) -> bool {
+        let first = self.firsts.first().unwrap_or_default();
+        first <= key && key <= self.largest.as_slice() && self.filter.may_hold(key)
+    }
+
     /// The block `key` would lie in.
     pub fn block_for(&self, key: &[u8]) -> usize {
         self.firsts.rank(key, true).saturating_sub(1)

@@ -143,6 +143,7 @@ mod tests {
             versions: vec![0],
             by_version: Vec::new(),
             dead: 0,
+            tombstones: None,
         }
     }
 

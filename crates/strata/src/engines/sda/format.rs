@@ -197,6 +197,7 @@ pub(super) fn decode_manifest(p: &[u8], version: u8) -> std::result::Result<Mani
                 versions,
                 by_version,
                 dead: 0,
+                tombstones: None,
             });
         }
         levels.push(arrays);
@@ -285,6 +286,7 @@ mod tests {
                 versions: vec![0, a],
                 by_version: vec![(0, 1), (a, 3)],
                 dead: 0,
+                tombstones: None,
             }],
             vec![],
         ];
@@ -345,6 +347,7 @@ mod tests {
             let a = tree.clone_version(0).unwrap();
             let levels = vec![vec![ArrayInfo {
                 id: 3, entries: 4, bytes: 4096, versions: vec![0, a], by_version: vec![(a, 4)], dead: 0,
+                tombstones: None,
             }]];
             let good = encode_manifest(&Counters::default(), &tree, &levels);
             let mut bad = good.clone();

@@ -17,7 +17,7 @@
 //! Debug builds check every written piece's density (with density amplification on) and,
 //! after the merges, stratification.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use super::array::{build_blocks, Entry};
 use super::merger::TreeEvent;
@@ -90,6 +90,11 @@ impl Sda {
     /// their entries where the block cache holds them whole, else their heads and extents.
     pub(super) fn merge_work(&mut self, a: &ArrayInfo, b: &ArrayInfo) -> Result<MergeWork> {
         let inputs = vec![self.source(a)?, self.source(b)?];
+        // Arrays this process wrote know their tombstones: most merges have none to drop.
+        let outside = [a, b]
+            .iter()
+            .any(|x| x.tombstones != Some(0))
+            .then(|| self.outside(&[a.id, b.id]));
         let mut w_set = a.versions.clone();
         w_set.extend(&b.versions);
         w_set.sort_unstable();
@@ -101,10 +106,34 @@ impl Sda {
                 .tree_copy
                 .get_or_insert_with(|| Arc::new(self.tree.clone()))
                 .clone(),
+            outside,
             cfg: self.cfg,
             encoding: self.encoding,
             sink: self.pager.block_sink(),
         })
+    }
+
+    /// Every array but `inputs`, for a merge of them to ask whether a tombstone it holds
+    /// may hide an entry elsewhere (`Outside::may_hide`): the arrays in the levels, and the
+    /// running merge's inputs that a version delete took out of them (their entries come
+    /// back in its output).
+    fn outside(&self, inputs: &[NodeId]) -> Outside {
+        let mut arrays: Vec<(Option<Vec<Version>>, Option<Arc<Head>>)> = self
+            .arrays()
+            .filter(|x| !inputs.contains(&x.id))
+            .map(|x| {
+                // No counts (an array of a version 2 manifest): any version may have written it.
+                let writers = (!x.by_version.is_empty())
+                    .then(|| x.by_version.iter().map(|&(v, _)| v).collect());
+                (writers, self.heads.get(&x.id).cloned())
+            })
+            .collect();
+        for id in self.busy() {
+            if !inputs.contains(&id) && !self.arrays().any(|x| x.id == id) {
+                arrays.push((None, self.heads.get(&id).cloned()));
+            }
+        }
+        Outside { arrays }
     }
 
     /// Put a merge's arrays in the levels at `level` or above, after replaying on them the
@@ -117,6 +146,7 @@ impl Sda {
     ) -> Result<()> {
         self.counters.merges += 1;
         self.counters.dropped += merged.hidden;
+        self.dropped_tombstones += merged.tombstones;
         let mut cut = merged.cut;
         if !events.is_empty() {
             #[cfg(test)]
@@ -165,19 +195,12 @@ impl Sda {
         entries.dedup_by(|later, first| later.key == first.key && later.version == first.version);
         self.counters.dropped += (before - entries.len()) as u64;
         let w_set: Vec<Version> = self.tree.live().collect();
-        // Everything is here: what no live version reads goes first, then the tombstones that
-        // hide nothing any more (`policy::bare_tombstones`).
-        let live = policy::live_sets(&entries, &w_set, &self.tree);
-        let kept: BTreeSet<usize> = live.iter().flat_map(|(_, l)| l.iter().copied()).collect();
-        let bare = policy::bare_tombstones(&entries, &kept, &self.tree);
+        // Everything is here: nothing outside can hold what a tombstone hides.
         let before = entries.len();
-        let entries: Vec<Entry> = entries
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| kept.contains(i) && !bare.contains(i))
-            .map(|(_, e)| e)
-            .collect();
+        let (entries, tombstones) =
+            drop_unread(entries, &w_set, &self.tree, &Outside::default());
         self.counters.dropped += (before - entries.len()) as u64;
+        self.dropped_tombstones += tombstones;
         self.counters.merges += 1;
         self.write_pieces(&entries, &w_set, level)?;
         for input in inputs {
@@ -365,6 +388,7 @@ pub(super) fn make_pieces(
                 versions: p.versions,
                 by_version: policy::count_by_version(out.iter().map(|e| &e.version)),
                 dead: 0,
+                tombstones: Some(out.iter().filter(|e| e.value.is_none()).count() as u64),
             },
         });
     }
@@ -399,6 +423,9 @@ pub(super) struct MergeWork {
     /// The version tree when the merge began: liveness is decided by it, and the changes
     /// made since are replayed on the output at install (`Sda::install_merged`).
     tree: Arc<VersionTree>,
+    /// The other arrays, for the tombstones the merge could drop; None when neither input
+    /// holds one.
+    outside: Option<Outside>,
     cfg: Config,
     encoding: array::Encoding,
     sink: BlockSink,
@@ -409,6 +436,8 @@ pub(super) struct Merged {
     cut: Cut,
     /// Entries hidden by a newer write of their (key, version).
     hidden: u64,
+    /// Tombstones dropped as hiding nothing (counted in `cut.dropped` too).
+    tombstones: u64,
 }
 
 impl Merged {
@@ -433,7 +462,15 @@ impl MergeWork {
         let before = entries.len();
         entries.dedup_by(|later, first| later.key == first.key && later.version == first.version);
         let hidden = (before - entries.len()) as u64;
-        let cut = make_pieces(
+        let (mut unread, mut tombstones) = (0, 0);
+        if let Some(outside) = &self.outside {
+            if entries.iter().any(|e| e.value.is_none()) {
+                let before = entries.len();
+                (entries, tombstones) = drop_unread(entries, &self.w_set, &self.tree, outside);
+                unread = (before - entries.len()) as u64;
+            }
+        }
+        let mut cut = make_pieces(
             &entries,
             &self.w_set,
             &self.tree,
@@ -441,6 +478,71 @@ impl MergeWork {
             self.encoding,
             &self.sink,
         )?;
-        Ok(Merged { cut, hidden })
+        cut.dropped += unread;
+        Ok(Merged {
+            cut,
+            hidden,
+            tombstones,
+        })
     }
+}
+
+/// The arrays outside a merge, as a tombstone in it sees them: for each, the versions that
+/// wrote its entries (None: unknown) and its head (None: not read yet, so any key may be in
+/// it).
+#[derive(Default)]
+pub(super) struct Outside {
+    arrays: Vec<(Option<Vec<Version>>, Option<Arc<Head>>)>,
+}
+
+impl Outside {
+    /// Whether some array outside may hold an entry of `key` at `ancestry` (a version and its
+    /// ancestors, as `VersionTree::ancestry` lists them): one the tombstone of `key` at that
+    /// version hides. Such an entry must keep its tombstone even where the merge sees nothing
+    /// beneath it: a later merge may bring the two arrays together, under a W that holds a
+    /// version the tombstone hid the entry from (arrays of a level merge whenever their W
+    /// meet, and merged W are unions). Entries written after the tombstone are never hidden
+    /// by it: an ancestor is an internal version, which takes no writes, and a write at the
+    /// tombstone's own version is newer, so it wins anyway.
+    fn may_hide(&self, key: &[u8], ancestry: &[Version]) -> bool {
+        self.arrays.iter().any(|(writers, head)| {
+            let wrote = writers
+                .as_ref()
+                .is_none_or(|w| w.iter().any(|v| ancestry.contains(v)));
+            wrote && head.as_ref().is_none_or(|h| h.may_hold(key))
+        })
+    }
+}
+
+/// `entries` (in `Entry::order`, one per (key, version)) less those no merge of them keeps:
+/// the entries live at no version of `w_set`, and the tombstones that hide no kept value
+/// (`policy::bare_tombstones`) and nothing `outside` may hold (`Outside::may_hide`; Castle's
+/// rule where that can be known). Removed together, so that nothing a dropped tombstone hid
+/// comes back. Returns the rest and how many tombstones went.
+pub(super) fn drop_unread(
+    entries: Vec<Entry>,
+    w_set: &[Version],
+    tree: &VersionTree,
+    outside: &Outside,
+) -> (Vec<Entry>, u64) {
+    let live = policy::live_sets(&entries, w_set, tree);
+    let kept: BTreeSet<usize> = live.iter().flat_map(|(_, l)| l.iter().copied()).collect();
+    let mut ancestries: HashMap<Version, Vec<Version>> = HashMap::new();
+    let bare: BTreeSet<usize> = policy::bare_tombstones(&entries, &kept, tree)
+        .into_iter()
+        .filter(|&i| {
+            let e = &entries[i];
+            let ancestry = ancestries
+                .entry(e.version)
+                .or_insert_with(|| tree.ancestry(e.version));
+            !outside.may_hide(&e.key, ancestry)
+        })
+        .collect();
+    let out = entries
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| kept.contains(i) && !bare.contains(i))
+        .map(|(_, e)| e)
+        .collect();
+    (out, bare.len() as u64)
 }

@@ -142,7 +142,7 @@ impl Sda {
     }
 
     /// The running merge's inputs.
-    fn busy(&self) -> Vec<NodeId> {
+    pub(super) fn busy(&self) -> Vec<NodeId> {
         self.inflight
             .as_ref()
             .map_or(Vec::new(), |f| f.inputs.to_vec())

@@ -108,6 +108,8 @@ pub struct Sda {
     stall_nanos: u64,
     /// Flushes since the levels were last stratified with no merge running (`merger`).
     lag: u32,
+    /// Tombstones merges dropped as hiding nothing, since the open.
+    dropped_tombstones: u64,
     /// Tests: merges installed with tree changes replayed on them.
     #[cfg(test)]
     replayed: u64,
@@ -177,6 +179,7 @@ impl Sda {
             stalls: 0,
             stall_nanos: 0,
             lag: 0,
+            dropped_tombstones: 0,
             #[cfg(test)]
             replayed: 0,
         }
@@ -405,6 +408,7 @@ impl VersionedEngine for Sda {
                 ),
                 ("splits", c.splits),
                 ("dropped_entries", c.dropped),
+                ("dropped_tombstones", self.dropped_tombstones),
                 ("merge_read_bytes", c.merge_read_bytes),
                 ("merge_write_bytes", c.merge_write_bytes),
                 ("background_merges", self.background_merges),
@@ -483,6 +487,7 @@ mod tests {
     #[test]
     fn matches_the_reference_through_merges_splits_and_reopens() {
         let s = against_the_reference(Config::tiny(), 4000, false);
+        eprintln!("{s:?}");
         assert!(s.detail("merges") > 50, "{s:?}");
         assert!(s.detail("splits") > 0, "{s:?}");
         assert!(s.detail("dropped_entries") > 0, "{s:?}");
@@ -515,7 +520,7 @@ mod tests {
     /// `steps` random operations checked against the reference; the final stats.
     fn against_the_reference(cfg: Config, steps: u64, background: bool) -> EngineStats {
         let mut t = fresh(cfg).background(background);
-        let (mut replayed, mut background_merges) = (0, 0);
+        let (mut replayed, mut background_merges, mut tombstones) = (0, 0, 0);
         let mut m = VersionedMap::new();
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let mut cache_hits = 0;
@@ -565,12 +570,16 @@ mod tests {
                 cache_hits += t.stats().detail("cache_hits");
                 replayed += t.replayed;
                 background_merges += t.background_merges;
+                tombstones += t.dropped_tombstones;
                 t = reopen(t, step);
                 assert_eq!(t.config(), cfg, "the configuration survives a reopen");
                 t.check().unwrap();
                 if step % 1000 == 999 {
-                    // Fully merged, exactly what some live version reads is stored.
+                    // Fully merged, exactly what some live version reads is stored. (Its
+                    // tombstones are not counted with those ordinary merges dropped.)
+                    let before = t.dropped_tombstones;
                     t.compact().unwrap();
+                    t.dropped_tombstones = before;
                     t.check().unwrap();
                     assert_eq!(stored(&mut t), m.needed(), "step {step}");
                 }
@@ -595,6 +604,10 @@ mod tests {
         s.detail.push((
             "background_merges_in_all",
             background_merges + t.background_merges,
+        ));
+        s.detail.push((
+            "tombstones_merges_dropped",
+            tombstones + t.dropped_tombstones,
         ));
         s
     }

@@ -55,6 +55,10 @@ pub struct ArrayInfo {
     /// Entries no version of W can reach (`unreachable`); kept in memory, recomputed at open
     /// and after each version delete.
     pub dead: u64,
+    /// How many of its entries are tombstones, if known: counted as a flush or merge writes
+    /// the array, not kept in the manifest (None after an open). A merge of arrays known to
+    /// hold none skips the look for tombstones it could drop (`merge::Outside`).
+    pub tombstones: Option<u64>,
 }
 
 impl ArrayInfo {
@@ -346,6 +350,7 @@ mod tests {
             versions: versions.to_vec(),
             by_version: vec![(versions[0], 4)],
             dead: 0,
+            tombstones: None,
         }
     }
 

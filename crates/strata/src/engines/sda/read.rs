@@ -247,8 +247,7 @@ impl Sda {
         self.fit_cache();
         for (id, level) in self.serving(v) {
             let head = self.head(id)?;
-            let first = head.firsts.first().unwrap_or_default();
-            if key < first || key > head.largest.as_slice() || !head.filter.may_hold(key) {
+            if !head.may_hold(key) {
                 continue;
             }
             let i = head.block_for(key);
