@@ -6,7 +6,8 @@
 //! - A merge reads its two input arrays whole (one read each, or none for an array the block
 //!   cache holds whole: the smallest levels, cached as written), sorts
 //!   their entries together, keeps the newest write of each (key, version), and writes the
-//!   entries live at some version of W1 ∪ W2 as dense pieces, each one extent in one write;
+//!   entries live at some version of W1 ∪ W2, less the tombstones that hide nothing there or
+//!   in any other array (`drop_unread`), as dense pieces, each one extent in one write;
 //!   then frees the inputs. Each piece goes to the level of its size, or the inputs' level if
 //!   that is higher.
 //!
@@ -118,19 +119,25 @@ impl Sda {
     /// running merge's inputs that a version delete took out of them (their entries come
     /// back in its output).
     fn outside(&self, inputs: &[NodeId]) -> Outside {
-        let mut arrays: Vec<(Option<Vec<Version>>, Option<Arc<Head>>)> = self
+        let mut arrays: Vec<Other> = self
             .arrays()
             .filter(|x| !inputs.contains(&x.id))
             .map(|x| {
                 // No counts (an array of a version 2 manifest): any version may have written it.
                 let writers = (!x.by_version.is_empty())
                     .then(|| x.by_version.iter().map(|&(v, _)| v).collect());
-                (writers, self.heads.get(&x.id).cloned())
+                Other {
+                    writers,
+                    head: self.heads.get(&x.id).cloned(),
+                }
             })
             .collect();
         for id in self.busy() {
             if !inputs.contains(&id) && !self.arrays().any(|x| x.id == id) {
-                arrays.push((None, self.heads.get(&id).cloned()));
+                arrays.push(Other {
+                    writers: None,
+                    head: self.heads.get(&id).cloned(),
+                });
             }
         }
         Outside { arrays }
@@ -197,8 +204,7 @@ impl Sda {
         let w_set: Vec<Version> = self.tree.live().collect();
         // Everything is here: nothing outside can hold what a tombstone hides.
         let before = entries.len();
-        let (entries, tombstones) =
-            drop_unread(entries, &w_set, &self.tree, &Outside::default());
+        let (entries, tombstones) = drop_unread(entries, &w_set, &self.tree, &Outside::default());
         self.counters.dropped += (before - entries.len()) as u64;
         self.dropped_tombstones += tombstones;
         self.counters.merges += 1;
@@ -487,12 +493,18 @@ impl MergeWork {
     }
 }
 
-/// The arrays outside a merge, as a tombstone in it sees them: for each, the versions that
-/// wrote its entries (None: unknown) and its head (None: not read yet, so any key may be in
-/// it).
+/// The arrays outside a merge, as a tombstone in it sees them.
 #[derive(Default)]
 pub(super) struct Outside {
-    arrays: Vec<(Option<Vec<Version>>, Option<Arc<Head>>)>,
+    arrays: Vec<Other>,
+}
+
+/// One array outside a merge.
+struct Other {
+    /// The versions that wrote its entries; None: unknown (no counts per version).
+    writers: Option<Vec<Version>>,
+    /// Its head; None: not read yet, so any key may be in it.
+    head: Option<Arc<Head>>,
 }
 
 impl Outside {
@@ -505,11 +517,12 @@ impl Outside {
     /// by it: an ancestor is an internal version, which takes no writes, and a write at the
     /// tombstone's own version is newer, so it wins anyway.
     fn may_hide(&self, key: &[u8], ancestry: &[Version]) -> bool {
-        self.arrays.iter().any(|(writers, head)| {
-            let wrote = writers
+        self.arrays.iter().any(|o| {
+            let wrote = o
+                .writers
                 .as_ref()
                 .is_none_or(|w| w.iter().any(|v| ancestry.contains(v)));
-            wrote && head.as_ref().is_none_or(|h| h.may_hold(key))
+            wrote && o.head.as_ref().is_none_or(|h| h.may_hold(key))
         })
     }
 }

@@ -12,9 +12,12 @@
 //!   the first (`Entry::order`) whose version is an ancestor-or-self of w. A merge keeps only
 //!   entries live at some w of its W: the rest are hidden from every version the array
 //!   serves (a deleted version's, a rewrite's older copy), and are reclaimed there.
-//! - Tombstones: a merge that holds every entry there is (`Sda::compact`) also drops the
-//!   tombstones that hide no kept value (`bare_tombstones`); other merges keep them, since an
-//!   older value they hide may lie in an array the merge does not see.
+//! - Tombstones: a merge also drops the tombstones that hide no value it keeps
+//!   (`bare_tombstones`) when no array outside it may hold an entry of their key at their
+//!   version or an ancestor (`merge::Outside`: the versions that wrote each array, its key
+//!   range and filter). Such an entry, older, would come back: to the versions reading the
+//!   array now, or to those a later merge unites with it. `Sda::compact` holds every entry,
+//!   so there nothing is outside.
 //! - Density: every w ∈ W sees at least `DENSITY` of the array's entries. `split` cuts W into
 //!   subtree pieces that each are dense, copying the shared ancestors' entries into each.
 //! - Reclamation: a version delete can leave an array with entries of versions that are no
@@ -214,11 +217,11 @@ pub fn live_sets(
         .collect()
 }
 
-/// Of the `kept` entries (a merge over every entry there is, after liveness), the tombstones
-/// that hide no kept value: none of their key's kept values is at a proper ancestor of the
-/// tombstone's version. Without them a read finds only other such tombstones or nothing, the
-/// same answer, so a merge that sees every entry may drop them (Castle's rule, for the case
-/// where the merge holds everything). Returns their indices.
+/// Of the `kept` entries (a merge's, after liveness), the tombstones that hide no kept value:
+/// none of their key's kept values is at a proper ancestor of the tombstone's version.
+/// Without them a read of these entries finds only other such tombstones or nothing, the same
+/// answer; whether one may go also depends on the arrays outside the merge
+/// (`merge::drop_unread`). Returns their indices.
 pub fn bare_tombstones(
     entries: &[Entry],
     kept: &BTreeSet<usize>,
