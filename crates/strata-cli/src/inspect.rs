@@ -36,7 +36,9 @@ pub struct CheckArgs {
 }
 
 /// Print the tree level by level: each node's id, kind, size, pivots, and (Bε-tree) buffered
-/// bytes and runs per child; for the LSM-tree, its levels' runs and tables with key ranges
+/// bytes and runs per child; for the LSM-tree, its levels' runs and tables with key ranges; for
+/// a versioned database, the SDA's arrays with the versions each serves, or the copy-on-write
+/// B-tree's nodes from the versions' roots
 #[derive(Args)]
 pub struct DumpArgs {
     /// Database directory
@@ -151,8 +153,11 @@ pub fn dump(a: DumpArgs) -> Result<ExitCode, Failure> {
     if a.levels == Some(0) {
         return Err(Failure::Invalid("--levels must be at least 1".into()));
     }
-    let db = open_existing(&a.db)?;
-    let d = db.dump(a.levels.unwrap_or(0))?;
+    let levels = a.levels.unwrap_or(0);
+    let d = match open_any(&a.db)? {
+        Opened::Plain(db) => db.dump(levels)?,
+        Opened::Versioned(db) => db.dump(levels)?,
+    };
     if a.json {
         print_json(&dump_json(&d))?;
         return Ok(ExitCode::SUCCESS);
@@ -179,6 +184,7 @@ pub fn dump_json(d: &strata::Dump) -> serde_json::Value {
                 "pivots": keys(&n.pivots),
                 "range": n.range.as_ref().map(|(lo, hi)| [escape(lo), escape(hi)]),
                 "run": n.run,
+                "versions": n.versions,
                 "children": n.children.iter().map(|c| json!({
                     "id": c.id,
                     "buffered_bytes": c.buffered_bytes,
@@ -200,6 +206,19 @@ pub fn dump_json(d: &strata::Dump) -> serde_json::Value {
     })
 }
 
+/// Versions as `v1 v2 ...`, the first 16 and a count of the rest.
+fn versions_list(vs: &[u64]) -> String {
+    let mut out: Vec<String> = vs.iter().take(16).map(u64::to_string).collect();
+    if vs.len() > 16 {
+        out.push(format!("and {} more", vs.len() - 16));
+    }
+    format!(
+        "version{} {}",
+        if vs.len() == 1 { "" } else { "s" },
+        out.join(" ")
+    )
+}
+
 fn quoted(keys: &[Vec<u8>]) -> String {
     keys.iter()
         .map(|k| format!("\"{}\"", escape(k)))
@@ -212,14 +231,14 @@ fn quoted(keys: &[Vec<u8>]) -> String {
 pub fn render_dump(d: &strata::Dump) -> String {
     let mut o = String::new();
     let shown = d.nodes.iter().map(|n| n.level + 1).max().unwrap_or(0);
-    let lsm = d.engine == "lsm";
+    let leveled = d.engine == "lsm" || d.engine == "sda";
     o.push_str(&format!(
         "{}: {} {}",
         d.engine,
-        if lsm { "levels" } else { "height" },
+        if leveled { "levels" } else { "height" },
         d.height
     ));
-    if !lsm && shown < d.height {
+    if !leveled && shown < d.height {
         o.push_str(&format!(", showing the top {shown}"));
     }
     o.push('\n');
@@ -228,11 +247,13 @@ pub fn render_dump(d: &strata::Dump) -> String {
     }
     for level in 0..shown {
         let nodes: Vec<&strata::DumpNode> = d.nodes.iter().filter(|n| n.level == level).collect();
-        let what = match (lsm, nodes.len()) {
-            (true, 1) => "table",
-            (true, _) => "tables",
-            (false, 1) => "node",
-            (false, _) => "nodes",
+        let what = match (d.engine, nodes.len()) {
+            ("lsm", 1) => "table",
+            ("lsm", _) => "tables",
+            ("sda", 1) => "array",
+            ("sda", _) => "arrays",
+            (_, 1) => "node",
+            (_, _) => "nodes",
         };
         o.push_str(&format!("level {level} ({} {what})\n", nodes.len()));
         for n in nodes {
@@ -257,6 +278,14 @@ fn render_node(n: &strata::DumpNode, buffers: bool, o: &mut String) {
     }
     if let Some((lo, hi)) = &n.range {
         o.push_str(&format!(", keys \"{}\" .. \"{}\"", escape(lo), escape(hi)));
+    }
+    if !n.versions.is_empty() {
+        let what = if n.kind == "array" {
+            "serves"
+        } else {
+            "root of"
+        };
+        o.push_str(&format!(", {what} {}", versions_list(&n.versions)));
     }
     o.push('\n');
     if !n.pivots.is_empty() {

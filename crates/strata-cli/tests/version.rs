@@ -207,10 +207,12 @@ fn commands_on_a_missing_or_plain_db_fail_without_creating_one() {
     assert_eq!(ok(&["get", "--db", &plain, "k"]), "v\n");
 }
 
-/// `strata stats` and `strata check` on a versioned database of either engine: the version
-/// tree's counts and the engine's figures; a clean check; then one byte changed inside every
-/// copy of a value in the data file, and check exits 2 naming the file and an offset.
-fn stats_and_check(engine: &str) {
+/// `strata stats`, `strata dump` and `strata check` on a versioned database of either engine:
+/// the version tree's counts and the engine's figures; the SDA's arrays with the versions they
+/// serve, or the CoW B-tree's nodes from each version's root; a clean check; then one byte
+/// changed inside every copy of a value in the data file, and check exits 2 naming the file
+/// and an offset.
+fn stats_dump_and_check(engine: &str) {
     let tmp = TempDir::new().unwrap();
     let db = tmp.path().join("db").display().to_string();
     let marker = "a value check must find damaged";
@@ -239,6 +241,26 @@ fn stats_and_check(engine: &str) {
     assert_eq!(json["versions"]["next"], 3, "{json}");
     assert!(json["data_file_bytes"].as_u64().unwrap() > 0, "{json}");
 
+    // The live versions 0 and 1: served by the SDA's arrays, or roots of the CoW B-tree's.
+    let dump = ok(&["dump", "--db", &db]);
+    assert!(dump.starts_with(engine), "{dump}");
+    let json: Value = serde_json::from_str(&ok(&["dump", "--db", &db, "--json"])).unwrap();
+    let nodes = json["nodes"].as_array().unwrap();
+    let mut versions: Vec<u64> = nodes
+        .iter()
+        .flat_map(|n| n["versions"].as_array().unwrap())
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    versions.sort_unstable();
+    versions.dedup();
+    assert_eq!(versions, [0, 1], "{json}");
+    if engine == "sda" {
+        assert!(nodes.iter().all(|n| n["kind"] == "array"), "{json}");
+        assert!(dump.contains("serves version"), "{dump}");
+    } else {
+        assert!(dump.contains("root of version 0") && dump.contains("root of version 1"));
+    }
+
     let report = ok(&["check", "--db", &db]);
     assert!(report.contains(": ok"), "{report}");
     // The plain commands still refuse it, as not theirs rather than as damage.
@@ -264,13 +286,13 @@ fn stats_and_check(engine: &str) {
 }
 
 #[test]
-fn stats_and_check_know_the_sda_and_find_a_damaged_block() {
-    stats_and_check("sda");
+fn stats_dump_and_check_know_the_sda_and_find_a_damaged_block() {
+    stats_dump_and_check("sda");
 }
 
 #[test]
-fn stats_and_check_know_the_cow_btree_and_find_a_damaged_block() {
-    stats_and_check("cow");
+fn stats_dump_and_check_know_the_cow_btree_and_find_a_damaged_block() {
+    stats_dump_and_check("cow");
 }
 
 /// The experiment's three lines on a simulated disk, tiny, with `--versions`: every line

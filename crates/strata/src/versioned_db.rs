@@ -577,6 +577,12 @@ impl VersionedDb {
         self.state()?.engine.check()
     }
 
+    /// The engine's structure, `levels` of it (0: all): the SDA's arrays level by level with
+    /// the versions each serves, or the copy-on-write B-tree's nodes from the versions' roots.
+    pub fn dump(&self, levels: u32) -> Result<crate::engine::dump::Dump> {
+        self.state()?.engine.dump(levels)
+    }
+
     pub fn stats(&self) -> Result<EngineStats> {
         Ok(self.state()?.engine.stats())
     }

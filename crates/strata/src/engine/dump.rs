@@ -1,5 +1,6 @@
-//! What `strata dump` shows of an engine: its nodes level by level, root first (`Engine::dump`).
-//! The types name no engine, so one renderer serves the B+-tree, the Bε-tree and the LSM-tree.
+//! What `strata dump` shows of an engine: its nodes level by level, root first (`Engine::dump`,
+//! `VersionedEngine::dump`). The types name no engine, so one renderer serves the B+-tree, the
+//! Bε-tree, the LSM-tree, the SDA and the copy-on-write B-tree.
 //! A dump is read-only: it reads node heads through the buffer pool (or, for the LSM-tree, only
 //! the manifest it holds in memory) and changes nothing.
 
@@ -21,7 +22,7 @@ pub struct DumpNode {
     /// 0 at the root (the LSM-tree: its level number).
     pub level: u32,
     pub id: u64,
-    /// "internal", "leaf", or "table".
+    /// "internal", "leaf", "table" or "array".
     pub kind: &'static str,
     /// Bytes of the node as written.
     pub bytes: u64,
@@ -35,6 +36,9 @@ pub struct DumpNode {
     pub range: Option<(Vec<u8>, Vec<u8>)>,
     /// Which run of its level a table belongs to (the LSM-tree; 0 the oldest).
     pub run: Option<u32>,
+    /// Versions, for a versioned engine: the ones an SDA array serves (its W), or those whose
+    /// root a copy-on-write B-tree node is. Empty elsewhere.
+    pub versions: Vec<u64>,
 }
 
 /// An internal node's child, with what the node buffers for it.

@@ -97,6 +97,8 @@ pub trait VersionedEngine: Send {
     fn stats(&self) -> EngineStats;
     /// Verify every block's checksum and the structure's invariants.
     fn check(&mut self) -> Result<CheckReport>;
+    /// The structure, `levels` of it (0: all), as `Engine::dump` gives a plain engine's.
+    fn dump(&mut self, levels: u32) -> Result<super::dump::Dump>;
     fn device(&self) -> &Arc<dyn Device>;
 }
 

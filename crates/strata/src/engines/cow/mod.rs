@@ -19,10 +19,11 @@
 //! separators. Durability is the facade's (`VersionedDb`): a checkpoint writes the dirty nodes
 //! and the manifest (the version tree, the roots and the counts).
 //!
-//! Files: `config`, `node` (the node and its encoding), `format` (metadata and manifest), this
-//! file (writes, reads, check).
+//! Files: `config`, `node` (the node and its encoding), `format` (metadata and manifest),
+//! `dump`, this file (writes, reads, check).
 
 pub(crate) mod config;
+mod dump;
 mod format;
 pub(crate) mod node;
 
@@ -515,6 +516,10 @@ impl VersionedEngine for CowTree {
         s
     }
 
+    fn dump(&mut self, levels: u32) -> Result<crate::engine::dump::Dump> {
+        self.dump_levels(levels)
+    }
+
     fn check(&mut self) -> Result<CheckReport> {
         let keys = self.verify_counts()?;
         // Every written node is reachable, and reads back with its checksum.
@@ -693,5 +698,42 @@ mod tests {
         }
         // Shared nodes were shadowed (the counter restarts at each open).
         assert!(copies > 100, "{copies} copies");
+    }
+
+    /// The dump shows every node once, reached from the live versions' roots, each root with
+    /// the versions it is the root of; a depth limit cuts the walk, not the height.
+    #[test]
+    fn the_dump_shows_each_shared_node_once_from_the_roots() {
+        let mut t = fresh();
+        for k in 0..200u32 {
+            t.put_at(ROOT, &k.to_be_bytes(), b"root").unwrap();
+        }
+        let a = t.clone_version(ROOT).unwrap();
+        let b = t.clone_version(ROOT).unwrap();
+        t.put_at(a, &7u32.to_be_bytes(), b"a").unwrap();
+        let d = t.dump(0).unwrap();
+        let ids: HashSet<NodeId> = d.nodes.iter().map(|n| n.id).collect();
+        assert_eq!(ids.len(), d.nodes.len(), "each node once");
+        assert_eq!(ids, t.counts.keys().copied().collect::<HashSet<_>>());
+        assert!(d.height >= 2, "{d:?}");
+        let roots: Vec<(NodeId, Vec<Version>)> = d
+            .nodes
+            .iter()
+            .filter(|n| !n.versions.is_empty())
+            .map(|n| (n.id, n.versions.clone()))
+            .collect();
+        // b still shares the root's tree; a has a root of its own.
+        assert_eq!(
+            roots,
+            vec![(t.roots[&ROOT], vec![ROOT, b]), (t.roots[&a], vec![a])]
+        );
+        assert!(d.nodes.iter().all(|n| n.level < d.height));
+        let top = t.dump(1).unwrap();
+        assert_eq!(top.height, d.height);
+        assert!(top
+            .nodes
+            .iter()
+            .all(|n| n.level == 0 && n.kind == "internal"));
+        assert_eq!(top.nodes.len(), 2);
     }
 }
