@@ -207,11 +207,11 @@ fn commands_on_a_missing_or_plain_db_fail_without_creating_one() {
     assert_eq!(ok(&["get", "--db", &plain, "k"]), "v\n");
 }
 
-/// `strata stats`, `strata dump` and `strata check` on a versioned database of either engine:
-/// the version tree's counts and the engine's figures; the SDA's arrays with the versions they
-/// serve, or the CoW B-tree's nodes from each version's root; a clean check; then one byte
-/// changed inside every copy of a value in the data file, and check exits 2 naming the file
-/// and an offset.
+/// `strata stats`, `strata dump`, `strata check` and `strata salvage` on a versioned database
+/// of either engine: the version tree's counts and the engine's figures; the SDA's arrays with
+/// the versions they serve, or the CoW B-tree's nodes from each version's root; a clean check;
+/// then one byte changed inside every copy of a value in the data file, check exits 2 naming
+/// the file and an offset, and salvage copies what the SDA's other blocks hold.
 fn stats_dump_and_check(engine: &str) {
     let tmp = TempDir::new().unwrap();
     let db = tmp.path().join("db").display().to_string();
@@ -283,6 +283,36 @@ fn stats_dump_and_check(engine: &str) {
         err.contains("corruption in") && err.contains("strata.data at offset"),
         "{err}"
     );
+
+    // Salvage copies the SDA's readable entries and exits 2 for what it lost; the CoW
+    // B-tree's databases it refuses, saying so.
+    let to = tmp.path().join("copy").display().to_string();
+    if engine == "sda" {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args(["salvage", "--db", &db, "--to", &to])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        assert!(
+            text.contains("SDA array block") && text.contains("strata.data"),
+            "{text}"
+        );
+        // Its one block was the damaged one: the copy has the version tree, and no keys.
+        let list: Value =
+            serde_json::from_str(&ok(&["version", "list", "--db", &to, "--json"])).unwrap();
+        let states: Vec<(u64, &str)> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| (v["version"].as_u64().unwrap(), v["state"].as_str().unwrap()))
+            .collect();
+        assert_eq!(states, vec![(0, "internal"), (1, "leaf")]);
+        assert_eq!(ok(&["version", "scan", "--db", &to, "1"]), "");
+    } else {
+        let err = fails(&["salvage", "--db", &db, "--to", &to], 1);
+        assert!(err.contains("copy-on-write"), "{err}");
+    }
 }
 
 #[test]

@@ -37,11 +37,14 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::codec::Reader;
 use crate::db::{Db, DATA_FILE, WAL_FILE, WAL_FILE_2};
+use crate::engine::versioned::VersionedEngine;
 use crate::engine::Engine;
 use crate::engines::betree::basement::Basement;
 use crate::engines::betree::{self, BeTree};
 use crate::engines::btree::{self, BTree};
+use crate::engines::cow;
 use crate::engines::lsm::{self, Lsm};
+use crate::engines::sda::{self, Sda};
 use crate::error::{Error, Result};
 use crate::kv::entries::decode_entries;
 use crate::kv::msg::Encoding;
@@ -51,6 +54,7 @@ use crate::options::{Durability, Options};
 use crate::storage::block::{self, kind, BLOCK_HEADER, PAGE};
 use crate::storage::pager::{DATA_START, MAGIC, SUPERBLOCK_SIZE};
 use crate::storage::{Checkpoint, Device, Env, FileEnv, FileKind, Pager};
+use crate::versioned_db::{VersionedDb, VersionedEngineOptions, VersionedOptions};
 
 pub use crate::engine::salvage::{escape, Damage, Effect, KeyRange, Sink};
 
@@ -214,7 +218,8 @@ pub struct LogReport {
 pub struct SalvageReport {
     pub source: String,
     pub destination: String,
-    /// "btree", "betree", or "unknown" when no checkpoint could be read.
+    /// "btree", "betree", "lsm", "sda" (a versioned database), or "unknown" when no
+    /// checkpoint could be read.
     pub engine: &'static str,
     /// The two superblock slots.
     pub slots: [Slot; 2],
@@ -232,6 +237,16 @@ pub struct SalvageReport {
 }
 
 impl SalvageReport {
+    /// What `keys_copied` and `keys` count: keys, or for a versioned database entries (a key
+    /// at a version: its value or a tombstone).
+    fn unit(&self) -> &'static str {
+        if self.engine == "sda" {
+            "entries (a key at a version)"
+        } else {
+            "keys"
+        }
+    }
+
     /// Whether everything the source held was copied: no damage cost a key or a batch.
     pub fn is_complete(&self) -> bool {
         self.damage.iter().all(|d| d.effect == Effect::None) && self.log.missing.is_empty()
@@ -255,8 +270,10 @@ impl fmt::Display for SalvageReport {
         match self.checkpoint {
             Some((seq, wal)) => writeln!(
                 f,
-                "  copied:       checkpoint {seq} ({} engine, log through {wal}): {} keys",
-                self.engine, self.keys_copied
+                "  copied:       checkpoint {seq} ({} engine, log through {wal}): {} {}",
+                self.engine,
+                self.keys_copied,
+                self.unit()
             )?,
             None => writeln!(f, "  copied:       no checkpoint could be read")?,
         }
@@ -291,7 +308,7 @@ impl fmt::Display for SalvageReport {
         if l.unreadable_bytes > 0 {
             writeln!(f, "  log:          {} bytes unreadable", l.unreadable_bytes)?;
         }
-        writeln!(f, "  keys in copy: {}", self.keys)?;
+        writeln!(f, "  in the copy:  {} {}", self.keys, self.unit())?;
         if self.damage.is_empty() {
             writeln!(f, "  damage:       none")?;
         }
@@ -399,20 +416,38 @@ fn probe_slot(dev: &dyn Device, slot: u64) -> Result<Slot> {
     })
 }
 
+/// An engine a checkpoint names, opened.
+enum Opened {
+    Plain(Box<dyn Engine>),
+    /// A versioned database's SDA (`salvage_versioned`).
+    Sda(Box<Sda>),
+    /// A versioned database's copy-on-write B-tree, which salvage does not read.
+    Cow,
+}
+
 /// The engine a checkpoint's metadata names, opened over `pager`.
-fn open_engine(pager: Pager, cp: &Checkpoint, opts: &Options) -> Result<Box<dyn Engine>> {
+fn open_engine(pager: Pager, cp: &Checkpoint, opts: &Options) -> Result<Opened> {
     let merge = opts.merge_operator.clone();
+    let plain = |e: Box<dyn Engine>| Ok(Opened::Plain(e));
     match cp.engine_meta.first() {
-        Some(&btree::ENGINE_TAG) => Ok(Box::new(BTree::open(pager, cp, opts.cache_bytes, merge)?)),
-        Some(&betree::ENGINE_TAG) => {
-            Ok(Box::new(BeTree::open(pager, cp, opts.cache_bytes, merge)?))
+        Some(&btree::ENGINE_TAG) => {
+            plain(Box::new(BTree::open(pager, cp, opts.cache_bytes, merge)?))
         }
-        Some(&lsm::ENGINE_TAG) => Ok(Box::new(Lsm::open_tolerant(
+        Some(&betree::ENGINE_TAG) => {
+            plain(Box::new(BeTree::open(pager, cp, opts.cache_bytes, merge)?))
+        }
+        Some(&lsm::ENGINE_TAG) => plain(Box::new(Lsm::open_tolerant(
             pager,
             cp,
             opts.cache_bytes,
             merge,
         )?)),
+        Some(&sda::ENGINE_TAG) => {
+            let mut t = Sda::open(pager, cp)?;
+            t.set_cache_bytes(opts.cache_bytes);
+            Ok(Opened::Sda(Box::new(t)))
+        }
+        Some(&cow::ENGINE_TAG) => Ok(Opened::Cow),
         other => Err(Error::corruption(
             pager.file_name(),
             0,
@@ -441,12 +476,12 @@ fn resealed(dev: &dyn Device, slot: u64) -> Option<(u64, Vec<u8>)> {
 /// bit flipped in a counter or in the checksum itself leaves the fields that matter right; a
 /// wrong table location fails the table's own checks). Failures are recorded as damage that
 /// cost nothing yet (the walk says what it costs).
-fn open_checkpoint(
+fn open_checkpoint<T>(
     src: &Source,
     slots: &[Slot; 2],
-    opts: &Options,
     damage: &mut Vec<Damage>,
-) -> Option<(Box<dyn Engine>, Checkpoint)> {
+    open: impl Fn(Pager, &Checkpoint) -> Result<T>,
+) -> Option<(T, Checkpoint)> {
     // (seq, slot, the slot's bytes when resealed)
     let mut tries: Vec<(u64, u64, Option<Vec<u8>>)> = (0..2u64)
         .filter_map(|i| match slots[i as usize] {
@@ -473,7 +508,7 @@ fn open_checkpoint(
             overlay,
         });
         let opened = Pager::open(dev).and_then(|(pager, cp)| {
-            let engine = open_engine(pager, &cp, opts)?;
+            let engine = open(pager, &cp)?;
             Ok((engine, cp))
         });
         match opened {
@@ -503,6 +538,29 @@ fn open_checkpoint(
         }
     }
     None
+}
+
+/// The engine tag of the newest superblock whose table opens, whatever its engine's metadata
+/// holds.
+fn named_tag(src: &Source, slots: &[Slot; 2]) -> Option<u8> {
+    let mut valid: Vec<(u64, u64)> = (0..2u64)
+        .filter_map(|i| match slots[i as usize] {
+            Slot::Valid { seq, .. } => Some((seq, i)),
+            _ => None,
+        })
+        .collect();
+    valid.sort_unstable_by(|a, b| b.cmp(a));
+    valid.into_iter().find_map(|(_, slot)| {
+        let dev: Arc<dyn Device> = Arc::new(ReadOnly {
+            inner: src.data.clone(),
+            overlay: vec![(
+                (1 - slot) * SUPERBLOCK_SIZE,
+                vec![0u8; SUPERBLOCK_SIZE as usize],
+            )],
+        });
+        let (_, cp) = Pager::open(dev).ok()?;
+        cp.engine_meta.first().copied()
+    })
 }
 
 /// The options of the copy: the source's engine and geometry, the caller's cache and merge
@@ -572,8 +630,37 @@ fn run(src: Source, source: String, dst: &dyn Env, opts: Options) -> Result<Salv
             damage.push(Damage::new("superblock", None, e).effect(Effect::None));
         }
     }
-    let found = open_checkpoint(&src, &slots, &opts, &mut damage);
+    let found = open_checkpoint(&src, &slots, &mut damage, |pager, cp| {
+        open_engine(pager, cp, &opts)
+    });
+    let found = match found {
+        Some((Opened::Plain(e), cp)) => Some((e, cp)),
+        Some((Opened::Sda(sda), cp)) => {
+            return salvage_versioned(*sda, cp, src, source, dst, slots, damage)
+        }
+        Some((Opened::Cow, _)) => {
+            return Err(Error::InvalidOptions(
+                "salvage reads the SDA's versioned databases, not yet the copy-on-write \
+                 B-tree's (the baseline): `strata check` finds its damage"
+                    .into(),
+            ))
+        }
+        None => None,
+    };
     if found.is_none() {
+        if let Some(tag) =
+            named_tag(&src, &slots).filter(|&t| t == sda::ENGINE_TAG || t == cow::ENGINE_TAG)
+        {
+            let first = damage.first().map_or(String::new(), |d| format!(": {d}"));
+            return Err(Error::corruption(
+                src.data.name(),
+                0,
+                format!(
+                    "a versioned database (engine tag {tag}) whose checkpoint could not be read{first}; \
+                     salvage rebuilds one only from its manifest's version tree, and copied nothing"
+                ),
+            ));
+        }
         let e = Error::corruption(
             src.data.name(),
             0,
@@ -626,6 +713,64 @@ fn run(src: Source, source: String, dst: &dyn Env, opts: Options) -> Result<Salv
         checkpoint: cp.map(|c| (c.seq, c.wal_seq)),
         keys_copied,
         raw,
+        log,
+        keys,
+        damage,
+    })
+}
+
+// ------------------------------------------------------------------------------------------
+// A versioned database (the SDA)
+
+/// The rest of a salvage whose checkpoint opened as a versioned database's SDA: its arrays are
+/// read block by block (`Sda::salvage_entries`), then written with its version tree into a new
+/// SDA of its configuration (`Sda::import`) and checkpointed; then the log's changes past the
+/// checkpoint are replayed through `VersionedDb`, in sequence order. A clone's record names
+/// the version it made, so after a lost clone the changes of the versions it would have made
+/// are refused, each reported.
+fn salvage_versioned(
+    mut sda: Sda,
+    cp: Checkpoint,
+    src: Source,
+    source: String,
+    dst: &dyn Env,
+    slots: [Slot; 2],
+    mut damage: Vec<Damage>,
+) -> Result<SalvageReport> {
+    let entries = sda.salvage_entries(&mut damage)?;
+    let keys_copied = entries.len() as u64;
+    let tree = sda.versions().clone();
+    let cfg = sda.config();
+    drop(sda);
+    {
+        // The lock makes the directory; `VersionedDb` takes it again below.
+        let _lock = dst.lock(DATA_FILE, true)?;
+        let dev = dst.open(DATA_FILE, FileKind::Data, true)?.expect("created");
+        dev.set_len(0)?;
+        let mut copy = Sda::create(Pager::create(dev), cfg)?;
+        copy.import(tree, entries)?;
+        copy.checkpoint(0)?;
+    }
+    let opts = VersionedOptions {
+        engine: VersionedEngineOptions::Sda(cfg),
+        durability: Durability::None,
+        create_if_missing: false,
+        ..VersionedOptions::default()
+    };
+    let db = VersionedDb::open_in(dst, opts)?;
+    let log = replay_records(&src.logs, Some(cp.wal_seq), &mut damage, |r, _| {
+        db.replay(&r.payload, &r.file, r.offset)
+    })?;
+    let keys = db.stats()?.detail("entries");
+    db.close()?;
+    Ok(SalvageReport {
+        source,
+        destination: dst.location(),
+        engine: "sda",
+        slots,
+        checkpoint: Some((cp.seq, cp.wal_seq)),
+        keys_copied,
+        raw: None,
         log,
         keys,
         damage,
@@ -957,6 +1102,28 @@ fn replay_log(
     db: &Db,
     damage: &mut Vec<Damage>,
 ) -> Result<LogReport> {
+    // Keys whose value was lost: an upsert of one cannot be replayed (see `replayable`).
+    let lost: Vec<KeyRange> = damage
+        .iter()
+        .filter(|d| d.effect == Effect::Lost)
+        .filter_map(|d| d.range.clone())
+        .collect();
+    replay_records(logs, after, damage, |r, damage| {
+        WriteBatch::decode(&r.payload)
+            .map_err(|what| Error::corruption(&r.file, r.offset, format!("log record: {what}")))
+            .and_then(|b| replayable(b, &lost, db, r, damage))
+            .and_then(|b| db.write(b))
+    })
+}
+
+/// Apply every intact record past `after` with `apply`, in sequence order; report the gaps,
+/// the newer checkpoint a marker may name, and the unreadable stretches.
+fn replay_records(
+    logs: &[Arc<dyn Device>],
+    after: Option<u64>,
+    damage: &mut Vec<Damage>,
+    mut apply: impl FnMut(&LogRecord, &mut Vec<Damage>) -> Result<()>,
+) -> Result<LogReport> {
     let mut report = LogReport::default();
     let mut batches = BTreeMap::new();
     let mut read = Vec::new();
@@ -990,23 +1157,13 @@ fn replay_log(
             }
         }
     }
-    // Keys whose value was lost: an upsert of one cannot be replayed (see `replayable`).
-    let lost: Vec<KeyRange> = damage
-        .iter()
-        .filter(|d| d.effect == Effect::Lost)
-        .filter_map(|d| d.range.clone())
-        .collect();
     // Sequence numbers that must have been written: past the checkpoint, up to the last
     // batch found or the newer checkpoint a marker names.
     let end = batches.keys().next_back().copied().unwrap_or(after);
     let end = end.max(report.newer_checkpoint.unwrap_or(after));
     let mut applied_seqs = Vec::new();
     for (seq, r) in batches {
-        let applied = WriteBatch::decode(&r.payload)
-            .map_err(|what| Error::corruption(&r.file, r.offset, format!("log record: {what}")))
-            .and_then(|b| replayable(b, &lost, db, &r, damage))
-            .and_then(|b| db.write(b));
-        match applied {
+        match apply(&r, damage) {
             Ok(()) => {
                 report.applied += 1;
                 report.first.get_or_insert(seq);

@@ -411,6 +411,26 @@ impl VersionedDb {
         Ok(made)
     }
 
+    /// Apply a change as a log record of `file` at `offset` encodes it (salvage replays a
+    /// damaged database's log into its copy), logged anew. A record that does not decode is
+    /// corruption there; a clone that would not make the version it names (one before it was
+    /// lost) is refused before anything is logged, as any change this database would refuse.
+    pub(crate) fn replay(&self, payload: &[u8], file: &str, offset: u64) -> Result<()> {
+        let change = Change::decode(payload).map_err(|what| {
+            Error::corruption(file, offset, format!("versioned log record: {what}"))
+        })?;
+        if let Change::Clone(_, made) = change {
+            let next = self.next_version()?;
+            if made != next {
+                return Err(Error::BadVersion {
+                    version: made,
+                    why: format!("the copy's next clone makes {next}: a clone before it was lost"),
+                });
+            }
+        }
+        self.change(|_| change).map(|_| ())
+    }
+
     /// Every version in the tree (deleted ones kept as ghosts for their live descendants
     /// included), ascending.
     pub fn versions(&self) -> Result<Vec<VersionInfo>> {

@@ -711,3 +711,193 @@ fn both_superblocks_damaged_uses_the_newest_unchecked() {
         .iter()
         .any(|d| d.what == "superblock used unchecked"));
 }
+
+// ------------------------------------------------------------------------------------------
+// A versioned database (the SDA)
+
+use strata::{SdaConfig, VersionedDb, VersionedEngineOptions, VersionedOptions};
+
+/// Every live version's contents: (version, its keys and values).
+type Versions = Vec<(u64, Vec<(Vec<u8>, Vec<u8>)>)>;
+
+fn versioned_opts(engine: VersionedEngineOptions) -> VersionedOptions {
+    VersionedOptions {
+        engine,
+        durability: Durability::None,
+        checkpoint_wal_bytes: 1 << 30,
+        background_merges: false,
+        ..VersionedOptions::default()
+    }
+}
+
+/// A small SDA: many arrays on few levels.
+fn small_sda() -> VersionedEngineOptions {
+    VersionedEngineOptions::Sda(SdaConfig {
+        buffer_bytes: 8 << 10,
+        level0_entries: 16,
+        block_bytes: 1 << 10,
+        ..SdaConfig::default()
+    })
+}
+
+fn contents(db: &VersionedDb) -> Versions {
+    db.versions()
+        .unwrap()
+        .iter()
+        .filter(|v| !v.deleted)
+        .map(|v| {
+            let all: Vec<(Vec<u8>, Vec<u8>)> = db
+                .range_at::<&[u8], _>(v.version, ..)
+                .unwrap()
+                .collect::<strata::Result<_>>()
+                .unwrap();
+            (v.version, all)
+        })
+        .collect()
+}
+
+/// Root keys, clones (leaves and internal ones), rewrites and deletes at the leaves, a
+/// deleted internal version its leaves read through, and a marker value only one leaf holds.
+/// Returns the database (open) and the marker's version and key.
+fn versioned_history(
+    dir: &std::path::Path,
+    engine: VersionedEngineOptions,
+) -> (VersionedDb, u64, Vec<u8>) {
+    let db = VersionedDb::open(dir, versioned_opts(engine)).unwrap();
+    for i in 0..400u32 {
+        db.put_at(0, key(i), value(i as u64, 60)).unwrap();
+    }
+    let a = db.clone_version(0).unwrap();
+    let b = db.clone_version(0).unwrap();
+    let a1 = db.clone_version(a).unwrap();
+    let a2 = db.clone_version(a).unwrap();
+    for i in 0..400u32 {
+        match i % 5 {
+            0 => db.put_at(a1, key(i), b"a1").unwrap(),
+            1 => db.delete_at(a2, key(i)).unwrap(),
+            2 => db
+                .put_at(b, key(1000 + i), value(i as u64 + 7, 80))
+                .unwrap(),
+            _ => {}
+        }
+    }
+    let marker = b"the marker only leaf a1 holds".to_vec();
+    db.put_at(a1, key(1500), &marker).unwrap();
+    // `a` goes, kept as a ghost that a1 and a2 read through.
+    db.delete_version(a).unwrap();
+    (db, a1, key(1500))
+}
+
+/// With nothing damaged, the copy has every live version's contents, the version tree, and
+/// the changes the log held past the checkpoint; the source is unchanged.
+#[test]
+fn undamaged_versioned_sda_copies_every_version_and_the_log() {
+    let src = tempfile::TempDir::new().unwrap();
+    let dst = tempfile::TempDir::new().unwrap();
+    let (db, a1, _) = versioned_history(src.path(), small_sda());
+    db.checkpoint().unwrap();
+    // Past the checkpoint, in the log only: a clone and writes on both sides of it.
+    db.put_at(a1, b"after the checkpoint", b"1").unwrap();
+    let c = db.clone_version(a1).unwrap();
+    db.put_at(c, b"at the clone", b"2").unwrap();
+    db.delete_at(c, key(3)).unwrap();
+    let want = contents(&db);
+    let tree = db.versions().unwrap();
+    drop(db);
+    let before: Vec<Option<Vec<u8>>> = ["strata.data", "strata.wal", WAL_1]
+        .iter()
+        .map(|n| std::fs::read(src.path().join(n)).ok())
+        .collect();
+    let report = salvage(src.path(), dst.path(), Options::default()).unwrap();
+    eprintln!("{report}");
+    let after: Vec<Option<Vec<u8>>> = ["strata.data", "strata.wal", WAL_1]
+        .iter()
+        .map(|n| std::fs::read(src.path().join(n)).ok())
+        .collect();
+    assert_eq!(before, after, "salvage changed its source");
+    assert!(report.is_complete(), "{report}");
+    assert_eq!(report.engine, "sda");
+    assert_eq!(report.log.applied, 4, "{report}");
+    assert!(report.to_string().contains("entries (a key at a version)"));
+    let copy = VersionedDb::open(dst.path(), versioned_opts(small_sda())).unwrap();
+    copy.check().unwrap();
+    assert_eq!(copy.versions().unwrap(), tree);
+    assert_eq!(contents(&copy), want);
+    // The copy takes writes, which win over everything copied.
+    copy.put_at(c, key(1), b"new").unwrap();
+    assert_eq!(copy.get_at(c, key(1)).unwrap(), Some(b"new".to_vec()));
+}
+
+/// One damaged block of one array: it is reported with the file, the offset and its keys,
+/// and costs only entries in its key range; every other key of every live version is copied
+/// as it was.
+#[test]
+fn a_damaged_sda_block_costs_only_its_keys() {
+    let src = tempfile::TempDir::new().unwrap();
+    let dst = tempfile::TempDir::new().unwrap();
+    let (db, a1, marked) = versioned_history(src.path(), small_sda());
+    let want = contents(&db);
+    db.close().unwrap();
+    let path = src.path().join("strata.data");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let m = b"the marker only leaf a1 holds";
+    let at: Vec<usize> = (0..bytes.len() - m.len())
+        .filter(|&i| &bytes[i..i + m.len()] == m)
+        .collect();
+    assert!(!at.is_empty());
+    for i in at {
+        bytes[i + 4] ^= 0x20;
+    }
+    std::fs::write(&path, bytes).unwrap();
+    let report = salvage(src.path(), dst.path(), Options::default()).unwrap();
+    eprintln!("{report}");
+    assert!(!report.is_complete(), "{report}");
+    let lost: Vec<_> = report
+        .damage
+        .iter()
+        .filter(|d| d.effect == Effect::Lost)
+        .collect();
+    assert_eq!(lost.len(), 1, "{report}");
+    let range = lost[0].range.clone().expect("a block's keys are known");
+    assert!(range.contains(&marked), "{report}");
+    assert!(
+        matches!(&lost[0].error, Error::Corruption { file, .. } if file.ends_with("strata.data")),
+        "{report}"
+    );
+    let copy = VersionedDb::open(dst.path(), versioned_opts(small_sda())).unwrap();
+    copy.check().unwrap();
+    let got = contents(&copy);
+    assert_eq!(got.len(), want.len());
+    let mut differ = 0;
+    for ((v, w), (gv, g)) in want.iter().zip(&got) {
+        assert_eq!(v, gv);
+        let outside = |kv: &&(Vec<u8>, Vec<u8>)| !range.contains(&kv.0);
+        assert_eq!(
+            w.iter().filter(outside).collect::<Vec<_>>(),
+            g.iter().filter(outside).collect::<Vec<_>>(),
+            "version {v}: keys outside the damaged block differ"
+        );
+        differ += (w != g) as usize;
+    }
+    assert!(differ >= 1, "the damaged block cost something");
+    assert_ne!(
+        copy.get_at(a1, &marked).unwrap(),
+        Some(b"the marker only leaf a1 holds".to_vec())
+    );
+}
+
+/// The copy-on-write B-tree's databases are refused, with the reason, and nothing is
+/// created.
+#[test]
+fn salvage_refuses_a_cow_btree_database_and_says_so() {
+    let src = tempfile::TempDir::new().unwrap();
+    let dst = tempfile::TempDir::new().unwrap();
+    let (db, _, _) = versioned_history(
+        src.path(),
+        VersionedEngineOptions::Cow(strata::CowConfig::default()),
+    );
+    db.close().unwrap();
+    let err = salvage(src.path(), dst.path(), Options::default()).unwrap_err();
+    assert!(err.to_string().contains("copy-on-write"), "{err}");
+    assert!(!dst.path().join("strata.data").exists());
+}

@@ -217,7 +217,12 @@ impl Sda {
 
     /// Write the entries live at some version of `w_set` as dense pieces, placed at `level` or
     /// above.
-    fn write_pieces(&mut self, entries: &[Entry], w_set: &[Version], level: usize) -> Result<()> {
+    pub(super) fn write_pieces(
+        &mut self,
+        entries: &[Entry],
+        w_set: &[Version],
+        level: usize,
+    ) -> Result<()> {
         let sink = self.pager.block_sink();
         let cut = make_pieces(entries, w_set, &self.tree, &self.cfg, self.encoding, &sink)?;
         self.place(cut, level)

@@ -32,7 +32,8 @@
 //! place), `buffer` (the write buffer, by version), `policy` (levels, merges, liveness,
 //! splits: pure), `merge` (flush and merge IO, a merge's work owned so it can run anywhere),
 //! `merger` (merges on their own thread), `read` (point and range queries), `cache` (the
-//! block cache of the smallest levels), `check`, `dump`.
+//! block cache of the smallest levels), `check`, `dump`, `salvage` (the tolerant read and
+//! the import a salvage makes).
 
 pub(crate) mod array;
 mod buffer;
@@ -45,6 +46,7 @@ mod merge;
 mod merger;
 pub(crate) mod policy;
 mod read;
+mod salvage;
 
 pub use config::Config;
 
