@@ -901,3 +901,44 @@ fn salvage_refuses_a_cow_btree_database_and_says_so() {
     assert!(err.to_string().contains("copy-on-write"), "{err}");
     assert!(!dst.path().join("strata.data").exists());
 }
+
+/// A clone's log record damaged: the changes before it are replayed, the clone is reported
+/// missing, and a write to the version it would have made is refused and reported, not
+/// applied to some other version.
+#[test]
+fn a_lost_clone_in_the_log_stops_the_changes_to_its_version() {
+    let src = tempfile::TempDir::new().unwrap();
+    let dst = tempfile::TempDir::new().unwrap();
+    let (db, a1, _) = versioned_history(src.path(), small_sda());
+    db.checkpoint().unwrap();
+    let before = b"written just before the clone";
+    db.put_at(a1, b"k-before", before).unwrap();
+    let c = db.clone_version(a1).unwrap();
+    db.put_at(c, b"k-after", b"written at the clone").unwrap();
+    drop(db);
+    // The log record after the one holding `before` is the clone's: change a byte of its
+    // sequence number, which its checksum covers.
+    let log = src.path().join("strata.wal");
+    let mut bytes = std::fs::read(&log).unwrap();
+    let at = bytes
+        .windows(before.len())
+        .position(|w| w == before)
+        .expect("the put is in the log");
+    bytes[at + before.len() + 16] ^= 1;
+    std::fs::write(&log, bytes).unwrap();
+    let report = salvage(src.path(), dst.path(), Options::default()).unwrap();
+    eprintln!("{report}");
+    assert!(!report.is_complete(), "{report}");
+    assert_eq!(report.log.applied, 1, "{report}");
+    assert_eq!(report.log.missing.len(), 1, "{report}");
+    let refused = report
+        .damage
+        .iter()
+        .filter(|d| d.what == "log record" && matches!(d.error, Error::BadVersion { .. }))
+        .count();
+    assert_eq!(refused, 1, "{report}");
+    let copy = VersionedDb::open(dst.path(), versioned_opts(small_sda())).unwrap();
+    assert_eq!(copy.get_at(a1, b"k-before").unwrap(), Some(before.to_vec()));
+    assert!(copy.versions().unwrap().iter().all(|v| v.version != c));
+    assert_eq!(copy.get_at(a1, b"k-after").unwrap(), None);
+}
