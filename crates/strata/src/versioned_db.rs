@@ -587,6 +587,9 @@ impl VersionedDb {
     /// Checkpoint and close. Dropping without closing is safe: the log is replayed on open.
     pub fn close(self) -> Result<()> {
         let mut st = self.state()?;
+        // Merges done first, so that a closed database is settled (a checkpoint does not
+        // wait for them).
+        st.engine.finish_merges().map_err(|e| self.poisoned(e))?;
         self.checkpoint_locked(&mut st)?;
         // The checkpoint covers every record: the log files' space goes back too.
         self.wal.trim()

@@ -94,6 +94,11 @@ pub trait VersionedEngine: Send {
     }
     /// Between operations: flush a full write buffer and run the merges due.
     fn settle(&mut self) -> Result<()>;
+    /// Run every merge due, waiting for any running on a thread of its own: what a close
+    /// leaves is then settled (the SDA's; an engine without merges has nothing to do).
+    fn finish_merges(&mut self) -> Result<()> {
+        Ok(())
+    }
     fn stats(&self) -> EngineStats;
     /// Verify every block's checksum and the structure's invariants.
     fn check(&mut self) -> Result<CheckReport>;

@@ -22,8 +22,10 @@
 //!   flush twice while the merges its flushes made due are still running or waiting; a third
 //!   flush first waits until the levels are stratified again, and meanwhile runs here, on the
 //!   writer, the merges due that take neither of the running merge's inputs, so that both
-//!   cores work on them (a stall, counted and timed). A checkpoint, `compact` and `check` wait
-//!   for the running merge, run every merge due inline, and find the levels stratified.
+//!   cores work on them (a stall, counted and timed). `compact`, `check` and a close
+//!   (`finish_merges`) wait for the running merge, run every merge due inline, and find the
+//!   levels stratified; a checkpoint does not wait (its manifest lists the running merge's
+//!   inputs, and the next open merges what is due).
 //! - A merge that fails changed nothing in the levels; its error poisons the database as an
 //!   inline merge's would. A merge running when the engine goes away is waited for and its
 //!   arrays given back (`abandon_merge`); never installed, they are garbage the next open

@@ -20,14 +20,16 @@
 //!   released by the pager once a checkpoint no longer needs them (copy-on-write).
 //!
 //! Durability is the facade's (`VersionedDb`): its log holds what the buffer holds and every
-//! version-tree change. A checkpoint flushes the buffer, runs the merges due and commits the
-//! manifest (the tree and the levels); arrays written between checkpoints are referenced only
-//! by the next manifest, so a crash before it leaves them unreferenced and the log replays
-//! their writes.
+//! version-tree change. A checkpoint flushes the buffer and commits the manifest (the tree and
+//! the levels); arrays written between checkpoints are referenced only by the next manifest,
+//! so a crash before it leaves them unreferenced and the log replays their writes.
 //!
 //! Merges run one at a time, between operations (`settle`), on a thread of their own
-//! (`merger`; `VersionedOptions::background_merges`, the default) or on the writer's, and a
-//! checkpoint runs every merge still due first. Files, one concern each: `config`, `format`
+//! (`merger`; `VersionedOptions::background_merges`, the default) or on the writer's. With
+//! the thread, a checkpoint does not wait for merges: its manifest may hold a level's arrays
+//! whose W meet (a running merge's inputs, or a pair not merged yet), which the next open
+//! merges; `finish_merges` (a close) runs them all first. Inline, a checkpoint runs every
+//! merge due first. Files, one concern each: `config`, `format`
 //! (metadata and manifest), `array` (an array on disk, its builder, its blocks parsed in
 //! place), `buffer` (the write buffer, by version), `policy` (levels, merges, liveness,
 //! splits: pure), `merge` (flush and merge IO, a merge's work owned so it can run anywhere),
@@ -357,8 +359,26 @@ impl VersionedEngine for Sda {
     fn begin_checkpoint(&mut self, wal_seq: u64) -> Result<Commit> {
         if !self.buffer.is_empty() {
             self.flush()?;
+            self.lag += 1;
         }
-        self.merge_due()?;
+        if self.background {
+            // Merges need not be done: the manifest lists the arrays as they stand, a running
+            // merge's inputs among them (its output, unreferenced, is garbage to a crash), and
+            // an open merges what is due. Waiting for them here held the writer for as long
+            // as the cascade a flush starts. But an input a version delete took out of the
+            // levels stays in the pager's table until the install frees it: a manifest must
+            // not leave it there unreachable, so that merge is waited for.
+            if self
+                .busy()
+                .iter()
+                .any(|&id| !self.arrays().any(|a| a.id == id))
+            {
+                self.reap(true)?;
+            }
+            self.merge_step()?;
+        } else {
+            self.merge_due()?;
+        }
         let manifest = format::encode_manifest(&self.counters, &self.tree, &self.levels);
         self.pager
             .write_block(self.manifest, array::KIND_MANIFEST, &manifest)?;
@@ -368,6 +388,10 @@ impl VersionedEngine for Sda {
 
     fn finish_checkpoint(&mut self, c: Commit) -> Result<()> {
         self.pager.finish_commit(c)
+    }
+
+    fn finish_merges(&mut self) -> Result<()> {
+        self.merge_due()
     }
 
     fn settle(&mut self) -> Result<()> {
