@@ -17,7 +17,9 @@
 //! as many new puts as the deleted leaves had written, to see freed space reused.
 //!
 //! Measured per interval between points, per line: puts/s and range elements/s (wall clock,
-//! the engine's merges and checkpoints included: they run on the writer's thread), and from
+//! the engine's merges and checkpoints included: each interval's puts end with
+//! `VersionedDb::finish_merges`, so the merges they made due, on the SDA's merge thread or the
+//! writer, are inside the interval that made them, and the ranges read settled levels), and from
 //! the data file's `IoStats` (exact counts, no drift) the IOs and bytes per put and per range
 //! element. Blocks are bytes over the block size, the unit of seed 003's Table 1, whose bounds
 //! (constants dropped) are computed beside them: CoW B-tree O(log_B N_v) reads and writes per
@@ -551,6 +553,9 @@ fn drive(cfg: &Config, db: &VersionedDb, env: &SimEnv, model: Option<&SimModel>)
             nv_sum += tree.seen(v);
             done += 1;
         }
+        // The merges these puts made due, inside their interval (none left for the next one,
+        // or for after the last).
+        db.finish_merges()?;
         point.insert_secs = t0.elapsed().as_secs_f64();
         point.insert_io = Io::between(&io0, &db.data_io());
         if let Some(m) = model {
@@ -623,8 +628,11 @@ fn clone_one(db: &VersionedDb, tree: &mut Tree, rng: &mut SplitMix64) -> Result<
     Ok(())
 }
 
+/// Each space is measured settled: the merges and reclaims due done (`finish_merges`), then
+/// checkpoints.
 fn space_phases(db: &VersionedDb, tree: &mut Tree, rng: &mut SplitMix64) -> Result<SpaceResult> {
     let mut out = SpaceResult::default();
+    db.finish_merges()?;
     db.checkpoint()?;
     out.before_delete = space(db, tree)?;
     let mut freed = 0;
@@ -636,6 +644,7 @@ fn space_phases(db: &VersionedDb, tree: &mut Tree, rng: &mut SplitMix64) -> Resu
         freed += tree.writes.remove(&v).unwrap_or(0);
     }
     out.leaves_deleted = n as u64;
+    db.finish_merges()?;
     // The first checkpoint stops referencing what the deletes freed; after the second, no
     // durable checkpoint needs it and the pager may reuse it.
     db.checkpoint()?;
@@ -648,6 +657,7 @@ fn space_phases(db: &VersionedDb, tree: &mut Tree, rng: &mut SplitMix64) -> Resu
         *tree.writes.entry(v).or_default() += 1;
     }
     out.refill_inserts = freed;
+    db.finish_merges()?;
     db.checkpoint()?;
     out.after_refill = space(db, tree)?;
     Ok(out)

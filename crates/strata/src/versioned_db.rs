@@ -578,6 +578,14 @@ impl VersionedDb {
         self.wal.reset(seq).map_err(|e| self.poisoned(e))
     }
 
+    /// Wait for the merges running on their own thread and run every merge due, so that the
+    /// engine is settled (as RocksDB's `wait_for_compact`; the SDA's, others have none). A
+    /// close does this first; a checkpoint does not wait for merges.
+    pub fn finish_merges(&self) -> Result<()> {
+        let mut st = self.state()?;
+        st.engine.finish_merges().map_err(|e| self.poisoned(e))
+    }
+
     /// Make every change so far durable.
     pub fn sync(&self) -> Result<()> {
         let seq = self.state()?.next_seq - 1;

@@ -43,9 +43,14 @@ impl Sda {
     }
 
     /// Merge intersecting arrays, lowest level first, until the levels are stratified, then
-    /// rewrite the arrays version deletes left with too much unreachable: here, on the writer
-    /// (waiting first for a merge running on its own thread).
+    /// rewrite the arrays version deletes left with too much unreachable: here, on the writer,
+    /// or with merges on their own thread, on both (`settle_both`).
     pub(super) fn merge_due(&mut self) -> Result<()> {
+        if self.background {
+            self.settle_both()?;
+            debug_assert!(policy::stratified(&self.levels), "levels not stratified");
+            return Ok(());
+        }
         self.reap(true)?;
         if !self.unsettled {
             return Ok(());

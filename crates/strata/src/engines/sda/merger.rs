@@ -158,10 +158,19 @@ impl Sda {
             return Ok(());
         }
         let began = Instant::now();
+        self.settle_both()?;
+        self.stalls += 1;
+        self.stall_nanos += began.elapsed().as_nanos() as u64;
+        Ok(())
+    }
+
+    /// Run every merge due, the thread taking the next one while the writer runs those that
+    /// do not take its inputs, until the levels are stratified and nothing runs.
+    pub(super) fn settle_both(&mut self) -> Result<()> {
         loop {
             self.merge_step()?;
             if !self.unsettled {
-                break;
+                return Ok(());
             }
             match policy::next_merge_except(&self.levels, &self.busy()) {
                 Some((level, i, j)) => self.merge_inline(level, i, j)?,
@@ -170,9 +179,6 @@ impl Sda {
                 }
             }
         }
-        self.stalls += 1;
-        self.stall_nanos += began.elapsed().as_nanos() as u64;
-        Ok(())
     }
 
     /// Start merging arrays i and j of `level` on a thread of their own.
