@@ -26,7 +26,7 @@
 //!    reported;
 //! 4. the copy is checkpointed and closed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -42,7 +42,7 @@ use crate::engine::Engine;
 use crate::engines::betree::basement::Basement;
 use crate::engines::betree::{self, BeTree};
 use crate::engines::btree::{self, BTree};
-use crate::engines::cow;
+use crate::engines::cow::{self, CowTree};
 use crate::engines::lsm::{self, Lsm};
 use crate::engines::sda::{self, Sda};
 use crate::error::{Error, Result};
@@ -218,7 +218,7 @@ pub struct LogReport {
 pub struct SalvageReport {
     pub source: String,
     pub destination: String,
-    /// "btree", "betree", "lsm", "sda" (a versioned database), or "unknown" when no
+    /// "btree", "betree", "lsm", "sda" or "cow" (a versioned database), or "unknown" when no
     /// checkpoint could be read.
     pub engine: &'static str,
     /// The two superblock slots.
@@ -237,13 +237,13 @@ pub struct SalvageReport {
 }
 
 impl SalvageReport {
-    /// What `keys_copied` and `keys` count: keys, or for a versioned database entries (a key
-    /// at a version: its value or a tombstone).
+    /// What `keys_copied` and `keys` count: keys; for the SDA entries (a key at a version:
+    /// its value or a tombstone); for the CoW B-tree each live version's keys, summed.
     fn unit(&self) -> &'static str {
-        if self.engine == "sda" {
-            "entries (a key at a version)"
-        } else {
-            "keys"
+        match self.engine {
+            "sda" => "entries (a key at a version)",
+            "cow" => "keys, summed over the live versions",
+            _ => "keys",
         }
     }
 
@@ -419,10 +419,9 @@ fn probe_slot(dev: &dyn Device, slot: u64) -> Result<Slot> {
 /// An engine a checkpoint names, opened.
 enum Opened {
     Plain(Box<dyn Engine>),
-    /// A versioned database's SDA (`salvage_versioned`).
+    /// A versioned database's engine (`salvage_versioned`).
     Sda(Box<Sda>),
-    /// A versioned database's copy-on-write B-tree, which salvage does not read.
-    Cow,
+    Cow(Box<CowTree>),
 }
 
 /// The engine a checkpoint's metadata names, opened over `pager`.
@@ -447,7 +446,7 @@ fn open_engine(pager: Pager, cp: &Checkpoint, opts: &Options) -> Result<Opened> 
             t.set_cache_bytes(opts.cache_bytes);
             Ok(Opened::Sda(Box::new(t)))
         }
-        Some(&cow::ENGINE_TAG) => Ok(Opened::Cow),
+        Some(&cow::ENGINE_TAG) => Ok(Opened::Cow(Box::new(CowTree::open(pager, cp)?))),
         other => Err(Error::corruption(
             pager.file_name(),
             0,
@@ -636,14 +635,10 @@ fn run(src: Source, source: String, dst: &dyn Env, opts: Options) -> Result<Salv
     let found = match found {
         Some((Opened::Plain(e), cp)) => Some((e, cp)),
         Some((Opened::Sda(sda), cp)) => {
-            return salvage_versioned(*sda, cp, src, source, dst, slots, damage)
+            return salvage_versioned(Versioned::Sda(sda), cp, src, source, dst, slots, damage)
         }
-        Some((Opened::Cow, _)) => {
-            return Err(Error::InvalidOptions(
-                "salvage reads the SDA's versioned databases, not yet the copy-on-write \
-                 B-tree's (the baseline): `strata check` finds its damage"
-                    .into(),
-            ))
+        Some((Opened::Cow(cow), cp)) => {
+            return salvage_versioned(Versioned::Cow(cow), cp, src, source, dst, slots, damage)
         }
         None => None,
     };
@@ -722,14 +717,23 @@ fn run(src: Source, source: String, dst: &dyn Env, opts: Options) -> Result<Salv
 // ------------------------------------------------------------------------------------------
 // A versioned database (the SDA)
 
-/// The rest of a salvage whose checkpoint opened as a versioned database's SDA: its arrays are
-/// read block by block (`Sda::salvage_entries`), then written with its version tree into a new
-/// SDA of its configuration (`Sda::import`) and checkpointed; then the log's changes past the
-/// checkpoint are replayed through `VersionedDb`, in sequence order. A clone's record names
-/// the version it made, so after a lost clone the changes of the versions it would have made
-/// are refused, each reported.
+/// A versioned database's engine, opened from its checkpoint.
+enum Versioned {
+    Sda(Box<Sda>),
+    Cow(Box<CowTree>),
+}
+
+/// The rest of a salvage whose checkpoint opened as a versioned database: what its engine
+/// still reads, written with its version tree into a new engine of its kind and
+/// configuration, checkpointed; then the log's changes past the checkpoint replayed through
+/// `VersionedDb`, in sequence order. The SDA's arrays are read block by block
+/// (`Sda::salvage_entries`) and written as dense arrays (`Sda::import`); the CoW B-tree's
+/// versions are read one at a time from their roots (`CowTree::salvage_version`) and each
+/// built as a tree of its own (`CowTree::import_version`). A clone's record names the version
+/// it made, so after a lost clone the changes of the versions it would have made are refused,
+/// each reported.
 fn salvage_versioned(
-    mut sda: Sda,
+    source_engine: Versioned,
     cp: Checkpoint,
     src: Source,
     source: String,
@@ -737,22 +741,40 @@ fn salvage_versioned(
     slots: [Slot; 2],
     mut damage: Vec<Damage>,
 ) -> Result<SalvageReport> {
-    let entries = sda.salvage_entries(&mut damage)?;
-    let keys_copied = entries.len() as u64;
-    let tree = sda.versions().clone();
-    let cfg = sda.config();
-    drop(sda);
-    {
+    let (engine, name, keys_copied) = {
         // The lock makes the directory; `VersionedDb` takes it again below.
         let _lock = dst.lock(DATA_FILE, true)?;
         let dev = dst.open(DATA_FILE, FileKind::Data, true)?.expect("created");
         dev.set_len(0)?;
-        let mut copy = Sda::create(Pager::create(dev), cfg)?;
-        copy.import(tree, entries)?;
-        copy.checkpoint(0)?;
-    }
+        let pager = Pager::create(dev);
+        match source_engine {
+            Versioned::Sda(mut sda) => {
+                let entries = sda.salvage_entries(&mut damage)?;
+                let n = entries.len() as u64;
+                let (tree, cfg) = (sda.versions().clone(), sda.config());
+                drop(sda);
+                let mut copy = Sda::create(pager, cfg)?;
+                copy.import(tree, entries)?;
+                copy.checkpoint(0)?;
+                (VersionedEngineOptions::Sda(cfg), "sda", n)
+            }
+            Versioned::Cow(mut cow) => {
+                let (tree, cfg) = (cow.versions().clone(), cow.config());
+                let mut copy = CowTree::create(pager, cfg)?;
+                copy.import_tree(tree.clone())?;
+                let (mut n, mut reported) = (0, HashSet::new());
+                for v in tree.live() {
+                    let entries = cow.salvage_version(v, &mut damage, &mut reported)?;
+                    n += entries.len() as u64;
+                    copy.import_version(v, &entries)?;
+                }
+                copy.checkpoint(0)?;
+                (VersionedEngineOptions::Cow(cfg), "cow", n)
+            }
+        }
+    };
     let opts = VersionedOptions {
-        engine: VersionedEngineOptions::Sda(cfg),
+        engine,
         durability: Durability::None,
         create_if_missing: false,
         ..VersionedOptions::default()
@@ -761,12 +783,24 @@ fn salvage_versioned(
     let log = replay_records(&src.logs, Some(cp.wal_seq), &mut damage, |r, _| {
         db.replay(&r.payload, &r.file, r.offset)
     })?;
-    let keys = db.stats()?.detail("entries");
+    let keys = if name == "sda" {
+        db.stats()?.detail("entries")
+    } else {
+        // Each live version's keys.
+        let mut n = 0;
+        for v in db.versions()?.iter().filter(|v| !v.deleted) {
+            db.for_each_at::<&[u8], _>(v.version, .., false, |_, _| {
+                n += 1;
+                true
+            })?;
+        }
+        n
+    };
     db.close()?;
     Ok(SalvageReport {
         source,
         destination: dst.location(),
-        engine: "sda",
+        engine: name,
         slots,
         checkpoint: Some((cp.seq, cp.wal_seq)),
         keys_copied,

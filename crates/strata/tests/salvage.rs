@@ -788,13 +788,31 @@ fn versioned_history(
     (db, a1, key(1500))
 }
 
+/// A small CoW B-tree: many nodes.
+fn small_cow() -> VersionedEngineOptions {
+    VersionedEngineOptions::Cow(strata::CowConfig {
+        leaf_entries: 16,
+        fanout: 8,
+        ..strata::CowConfig::default()
+    })
+}
+
 /// With nothing damaged, the copy has every live version's contents, the version tree, and
 /// the changes the log held past the checkpoint; the source is unchanged.
 #[test]
 fn undamaged_versioned_sda_copies_every_version_and_the_log() {
+    undamaged_versioned(small_sda(), "sda");
+}
+
+#[test]
+fn undamaged_versioned_cow_btree_copies_every_version_and_the_log() {
+    undamaged_versioned(small_cow(), "cow");
+}
+
+fn undamaged_versioned(engine: VersionedEngineOptions, name: &str) {
     let src = tempfile::TempDir::new().unwrap();
     let dst = tempfile::TempDir::new().unwrap();
-    let (db, a1, _) = versioned_history(src.path(), small_sda());
+    let (db, a1, _) = versioned_history(src.path(), engine);
     db.checkpoint().unwrap();
     // Past the checkpoint, in the log only: a clone and writes on both sides of it.
     db.put_at(a1, b"after the checkpoint", b"1").unwrap();
@@ -816,10 +834,15 @@ fn undamaged_versioned_sda_copies_every_version_and_the_log() {
         .collect();
     assert_eq!(before, after, "salvage changed its source");
     assert!(report.is_complete(), "{report}");
-    assert_eq!(report.engine, "sda");
+    assert_eq!(report.engine, name);
     assert_eq!(report.log.applied, 4, "{report}");
-    assert!(report.to_string().contains("entries (a key at a version)"));
-    let copy = VersionedDb::open(dst.path(), versioned_opts(small_sda())).unwrap();
+    if name == "sda" {
+        assert!(report.to_string().contains("entries (a key at a version)"));
+    } else {
+        let keys: u64 = want.iter().map(|(_, kv)| kv.len() as u64).sum();
+        assert_eq!(report.keys, keys, "{report}");
+    }
+    let copy = VersionedDb::open(dst.path(), versioned_opts(engine)).unwrap();
     copy.check().unwrap();
     assert_eq!(copy.versions().unwrap(), tree);
     assert_eq!(contents(&copy), want);
@@ -828,14 +851,23 @@ fn undamaged_versioned_sda_copies_every_version_and_the_log() {
     assert_eq!(copy.get_at(c, key(1)).unwrap(), Some(b"new".to_vec()));
 }
 
-/// One damaged block of one array: it is reported with the file, the offset and its keys,
-/// and costs only entries in its key range; every other key of every live version is copied
-/// as it was.
+/// One damaged block of one array (the SDA) or one damaged leaf (the CoW B-tree): it is
+/// reported with the file, the offset and its keys, and costs only entries in its key range;
+/// every other key of every live version is copied as it was.
 #[test]
 fn a_damaged_sda_block_costs_only_its_keys() {
+    damaged_versioned(small_sda());
+}
+
+#[test]
+fn a_damaged_cow_btree_leaf_costs_only_its_keys() {
+    damaged_versioned(small_cow());
+}
+
+fn damaged_versioned(engine: VersionedEngineOptions) {
     let src = tempfile::TempDir::new().unwrap();
     let dst = tempfile::TempDir::new().unwrap();
-    let (db, a1, marked) = versioned_history(src.path(), small_sda());
+    let (db, a1, marked) = versioned_history(src.path(), engine);
     let want = contents(&db);
     db.close().unwrap();
     let path = src.path().join("strata.data");
@@ -864,7 +896,7 @@ fn a_damaged_sda_block_costs_only_its_keys() {
         matches!(&lost[0].error, Error::Corruption { file, .. } if file.ends_with("strata.data")),
         "{report}"
     );
-    let copy = VersionedDb::open(dst.path(), versioned_opts(small_sda())).unwrap();
+    let copy = VersionedDb::open(dst.path(), versioned_opts(engine)).unwrap();
     copy.check().unwrap();
     let got = contents(&copy);
     assert_eq!(got.len(), want.len());
@@ -884,22 +916,6 @@ fn a_damaged_sda_block_costs_only_its_keys() {
         copy.get_at(a1, &marked).unwrap(),
         Some(b"the marker only leaf a1 holds".to_vec())
     );
-}
-
-/// The copy-on-write B-tree's databases are refused, with the reason, and nothing is
-/// created.
-#[test]
-fn salvage_refuses_a_cow_btree_database_and_says_so() {
-    let src = tempfile::TempDir::new().unwrap();
-    let dst = tempfile::TempDir::new().unwrap();
-    let (db, _, _) = versioned_history(
-        src.path(),
-        VersionedEngineOptions::Cow(strata::CowConfig::default()),
-    );
-    db.close().unwrap();
-    let err = salvage(src.path(), dst.path(), Options::default()).unwrap_err();
-    assert!(err.to_string().contains("copy-on-write"), "{err}");
-    assert!(!dst.path().join("strata.data").exists());
 }
 
 /// A clone's log record damaged: the changes before it are replayed, the clone is reported

@@ -20,12 +20,14 @@
 //! and the manifest (the version tree, the roots and the counts).
 //!
 //! Files: `config`, `node` (the node and its encoding), `format` (metadata and manifest),
-//! `dump`, this file (writes, reads, check).
+//! `dump`, `salvage` (the tolerant read and the import a salvage makes), this file (writes,
+//! reads, check).
 
 pub(crate) mod config;
 mod dump;
 mod format;
 pub(crate) mod node;
+mod salvage;
 
 pub use config::Config;
 
@@ -96,6 +98,24 @@ impl CowTree {
             copies: 0,
             frees: 0,
         })
+    }
+
+    pub fn config(&self) -> Config {
+        self.cfg
+    }
+
+    /// Put into version `v`'s tree, shadowing its path (no check that `v` takes writes).
+    fn put_in(&mut self, v: Version, key: &[u8], value: &[u8]) -> Result<()> {
+        let root = self.shadow(self.roots[&v])?;
+        self.roots.insert(v, root);
+        if let Some((sep, right)) = self.insert(root, key, value)? {
+            let up = self.create_node(Node::Internal {
+                seps: vec![sep],
+                kids: vec![root, right],
+            })?;
+            self.roots.insert(v, up);
+        }
+        Ok(())
     }
 
     fn load(&mut self, id: NodeId) -> Result<Node> {
@@ -415,15 +435,7 @@ impl VersionedEngine for CowTree {
 
     fn put_at(&mut self, v: Version, key: &[u8], value: &[u8]) -> Result<()> {
         self.tree.check_writable(v)?;
-        let root = self.shadow(self.roots[&v])?;
-        self.roots.insert(v, root);
-        if let Some((sep, right)) = self.insert(root, key, value)? {
-            let up = self.create_node(Node::Internal {
-                seps: vec![sep],
-                kids: vec![root, right],
-            })?;
-            self.roots.insert(v, up);
-        }
+        self.put_in(v, key, value)?;
         self.after_change()
     }
 
