@@ -303,11 +303,13 @@ fn versioned_section(a: &ReportArgs, job: &mut Job) -> Result<Section, Failure> 
             "Seed 003 §8's experiment (`strata bench versioned`; docs/versioned.md): {}. Three \
              lines as in the seed: the CoW B-tree, the SDA, and the SDA without density \
              amplification. Both engines get the same memory: the CoW B-tree as its buffer \
-             pool, the SDA half of it as its write buffer (its arrays' filters and indexes live \
-             in memory too; it has no block cache). Times are wall clock with the engine's \
-             merges and checkpoints inside; IOs come from the data file's own counters. \
-             Space is measured after the last put, after deleting half of the leaf versions \
-             (and two checkpoints), and after as many new puts as those leaves held.\n\n{}",
+             pool, the SDA half of it as its write buffer and the other half for its arrays' \
+             filters and indexes, the runs ranges keep and a block cache. Times are wall clock \
+             with the engine's merges and checkpoints inside: each interval's puts end once \
+             the merges they made due are done (`VersionedDb::finish_merges`); IOs come from \
+             the data file's own counters. Space is measured settled after the last put, after \
+             deleting half of the leaf versions (and two checkpoints), and after as many new \
+             puts as those leaves held.\n\n{}",
             report.setting(),
             report.markdown()
         ),
