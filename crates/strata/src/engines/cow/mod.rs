@@ -48,6 +48,29 @@ pub const ENGINE_TAG: u8 = 5;
 /// A node to visit in `walk`, with the bounds its parent's separators give its keys.
 type Visit = (NodeId, Option<Vec<u8>>, Option<Vec<u8>>);
 
+/// Child `i` (node `k`) of an internal node with separators `seps` whose own keys lie in
+/// [`lo`, `hi`): the child's bounds are its neighbouring separators, or its parent's at the
+/// ends.
+fn child_visit(
+    k: NodeId,
+    i: usize,
+    seps: &[Vec<u8>],
+    lo: &Option<Vec<u8>>,
+    hi: &Option<Vec<u8>>,
+) -> Visit {
+    let clo = if i == 0 {
+        lo.clone()
+    } else {
+        Some(seps[i - 1].clone())
+    };
+    let chi = if i == seps.len() {
+        hi.clone()
+    } else {
+        Some(seps[i].clone())
+    };
+    (k, clo, chi)
+}
+
 pub struct CowTree {
     store: NodeStore<Node>,
     cfg: Config,
@@ -372,17 +395,7 @@ impl CowTree {
                     for (i, &k) in kids.iter().enumerate() {
                         *indegree.entry(k).or_default() += first as u32;
                         if first {
-                            let clo = if i == 0 {
-                                lo.clone()
-                            } else {
-                                Some(seps[i - 1].clone())
-                            };
-                            let chi = if i == seps.len() {
-                                hi.clone()
-                            } else {
-                                Some(seps[i].clone())
-                            };
-                            stack.push((k, clo, chi));
+                            stack.push(child_visit(k, i, seps, &lo, &hi));
                         }
                     }
                 }

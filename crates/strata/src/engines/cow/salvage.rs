@@ -43,17 +43,7 @@ impl CowTree {
                 Node::Leaf(es) => out.extend(es),
                 Node::Internal { seps, kids } => {
                     for (i, &k) in kids.iter().enumerate().rev() {
-                        let clo = if i == 0 {
-                            lo.clone()
-                        } else {
-                            Some(seps[i - 1].clone())
-                        };
-                        let chi = if i == seps.len() {
-                            hi.clone()
-                        } else {
-                            Some(seps[i].clone())
-                        };
-                        stack.push((k, clo, chi));
+                        stack.push(child_visit(k, i, &seps, &lo, &hi));
                     }
                 }
             }
