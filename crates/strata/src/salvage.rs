@@ -25,6 +25,11 @@
 //!    checkpoint is applied to the copy in sequence order, and gaps and damaged stretches are
 //!    reported;
 //! 4. the copy is checkpointed and closed.
+//!
+//! A versioned database (`salvage_versioned`) goes through step 1 the same way; then its
+//! engine's readable entries (the SDA's intact blocks, the CoW B-tree's readable nodes from
+//! each version's root) go with its manifest's version tree into a new engine of its kind,
+//! and its log's changes past the checkpoint are replayed through `VersionedDb`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -715,7 +720,7 @@ fn run(src: Source, source: String, dst: &dyn Env, opts: Options) -> Result<Salv
 }
 
 // ------------------------------------------------------------------------------------------
-// A versioned database (the SDA)
+// A versioned database (the SDA or the copy-on-write B-tree)
 
 /// A versioned database's engine, opened from its checkpoint.
 enum Versioned {
