@@ -97,10 +97,11 @@ impl Sda {
     pub(super) fn merge_work(&mut self, a: &ArrayInfo, b: &ArrayInfo) -> Result<MergeWork> {
         let inputs = vec![self.source(a)?, self.source(b)?];
         // Arrays this process wrote know their tombstones: most merges have none to drop.
-        let outside = [a, b]
-            .iter()
-            .any(|x| x.tombstones != Some(0))
-            .then(|| self.outside(&[a.id, b.id]));
+        let outside = if [a, b].iter().any(|x| x.tombstones != Some(0)) {
+            Some(self.outside(&[a.id, b.id])?)
+        } else {
+            None
+        };
         let mut w_set = a.versions.clone();
         w_set.extend(&b.versions);
         w_set.sort_unstable();
@@ -122,30 +123,31 @@ impl Sda {
     /// Every array but `inputs`, for a merge of them to ask whether a tombstone it holds
     /// may hide an entry elsewhere (`Outside::may_hide`): the arrays in the levels, and the
     /// running merge's inputs that a version delete took out of them (their entries come
-    /// back in its output).
-    fn outside(&self, inputs: &[NodeId]) -> Outside {
-        let mut arrays: Vec<Other> = self
+    /// back in its output). Heads not read yet are read now (once: they are kept), since
+    /// without its filter an array may hold any key: after an open, the largest arrays'
+    /// would otherwise keep every tombstone until a merge or a read came to them.
+    fn outside(&mut self, inputs: &[NodeId]) -> Result<Outside> {
+        let mut wanted: Vec<(NodeId, Option<Vec<Version>>)> = self
             .arrays()
             .filter(|x| !inputs.contains(&x.id))
             .map(|x| {
                 // No counts (an array of a version 2 manifest): any version may have written it.
                 let writers = (!x.by_version.is_empty())
                     .then(|| x.by_version.iter().map(|&(v, _)| v).collect());
-                Other {
-                    writers,
-                    head: self.heads.get(&x.id).cloned(),
-                }
+                (x.id, writers)
             })
             .collect();
         for id in self.busy() {
             if !inputs.contains(&id) && !self.arrays().any(|x| x.id == id) {
-                arrays.push(Other {
-                    writers: None,
-                    head: self.heads.get(&id).cloned(),
-                });
+                wanted.push((id, None));
             }
         }
-        Outside { arrays }
+        let mut arrays = Vec::with_capacity(wanted.len());
+        for (id, writers) in wanted {
+            let head = Some(self.head(id)?);
+            arrays.push(Other { writers, head });
+        }
+        Ok(Outside { arrays })
     }
 
     /// Put a merge's arrays in the levels at `level` or above, after replaying on them the
