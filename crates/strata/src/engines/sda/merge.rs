@@ -144,7 +144,12 @@ impl Sda {
         }
         let mut arrays = Vec::with_capacity(wanted.len());
         for (id, writers) in wanted {
-            let head = Some(self.head(id)?);
+            // A damaged head is no reason to fail this merge: that array may hold any key.
+            let head = match self.head(id) {
+                Ok(h) => Some(h),
+                Err(e) if e.is_corruption() => None,
+                Err(e) => return Err(e),
+            };
             arrays.push(Other { writers, head });
         }
         Ok(Outside { arrays })
