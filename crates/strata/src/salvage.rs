@@ -502,16 +502,7 @@ fn open_checkpoint<T>(
     tries.extend(damaged);
     for (_, slot, bytes) in tries {
         let unchecked = bytes.is_some();
-        let mut overlay = vec![(
-            (1 - slot) * SUPERBLOCK_SIZE,
-            vec![0u8; SUPERBLOCK_SIZE as usize],
-        )];
-        overlay.extend(bytes.map(|b| (slot * SUPERBLOCK_SIZE, b)));
-        let dev: Arc<dyn Device> = Arc::new(ReadOnly {
-            inner: src.data.clone(),
-            overlay,
-        });
-        let opened = Pager::open(dev).and_then(|(pager, cp)| {
+        let opened = Pager::open(slot_view(src, slot, bytes)).and_then(|(pager, cp)| {
             let engine = open(pager, &cp)?;
             Ok((engine, cp))
         });
@@ -555,15 +546,22 @@ fn named_tag(src: &Source, slots: &[Slot; 2]) -> Option<u8> {
         .collect();
     valid.sort_unstable_by(|a, b| b.cmp(a));
     valid.into_iter().find_map(|(_, slot)| {
-        let dev: Arc<dyn Device> = Arc::new(ReadOnly {
-            inner: src.data.clone(),
-            overlay: vec![(
-                (1 - slot) * SUPERBLOCK_SIZE,
-                vec![0u8; SUPERBLOCK_SIZE as usize],
-            )],
-        });
-        let (_, cp) = Pager::open(dev).ok()?;
+        let (_, cp) = Pager::open(slot_view(src, slot, None)).ok()?;
         cp.engine_meta.first().copied()
+    })
+}
+
+/// The source's data file as a pager sees it with superblock slot `slot` alone (the other
+/// reads as zeros), and that slot's bytes replaced by `resealed` when given.
+fn slot_view(src: &Source, slot: u64, resealed: Option<Vec<u8>>) -> Arc<dyn Device> {
+    let mut overlay = vec![(
+        (1 - slot) * SUPERBLOCK_SIZE,
+        vec![0u8; SUPERBLOCK_SIZE as usize],
+    )];
+    overlay.extend(resealed.map(|b| (slot * SUPERBLOCK_SIZE, b)));
+    Arc::new(ReadOnly {
+        inner: src.data.clone(),
+        overlay,
     })
 }
 

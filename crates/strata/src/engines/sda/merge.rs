@@ -209,22 +209,27 @@ impl Sda {
             entries.extend(self.read_entries(input)?);
             self.counters.merge_read_bytes += input.bytes;
         }
-        entries.sort_by(|x, y| x.order(y));
-        let before = entries.len();
-        entries.dedup_by(|later, first| later.key == first.key && later.version == first.version);
-        self.counters.dropped += (before - entries.len()) as u64;
-        let w_set: Vec<Version> = self.tree.live().collect();
-        // Everything is here: nothing outside can hold what a tombstone hides.
-        let before = entries.len();
-        let (entries, tombstones) = drop_unread(entries, &w_set, &self.tree, &Outside::default());
-        self.counters.dropped += (before - entries.len()) as u64;
-        self.dropped_tombstones += tombstones;
         self.counters.merges += 1;
-        self.write_pieces(&entries, &w_set, level)?;
+        self.write_all(entries, level)?;
         for input in inputs {
             self.free_array(input.id);
         }
         self.merge_due()
+    }
+
+    /// Write everything there is (every entry, in any order, any number per (key, version);
+    /// `compact_all`'s, an import's): the newest write of each (key, version) that a live
+    /// version reads, less the tombstones that hide nothing, as dense pieces at `level` or
+    /// above. Nothing is outside, so no tombstone can hide anything there.
+    pub(super) fn write_all(&mut self, mut entries: Vec<Entry>, level: usize) -> Result<()> {
+        entries.sort_by(|x, y| x.order(y));
+        let before = entries.len();
+        entries.dedup_by(|later, first| later.key == first.key && later.version == first.version);
+        let w_set: Vec<Version> = self.tree.live().collect();
+        let (entries, tombstones) = drop_unread(entries, &w_set, &self.tree, &Outside::default());
+        self.counters.dropped += (before - entries.len()) as u64;
+        self.dropped_tombstones += tombstones;
+        self.write_pieces(&entries, &w_set, level)
     }
 
     /// Write the entries live at some version of `w_set` as dense pieces, placed at `level` or

@@ -52,7 +52,7 @@ impl Sda {
     /// per (key, version)): the newest write of each (key, version) that a live version reads,
     /// written as dense arrays; the tombstones that hide nothing go. Later writes get sequence
     /// numbers above every entry's, so they win.
-    pub(crate) fn import(&mut self, tree: VersionTree, mut entries: Vec<Entry>) -> Result<()> {
+    pub(crate) fn import(&mut self, tree: VersionTree, entries: Vec<Entry>) -> Result<()> {
         if !self.levels.is_empty() || !self.buffer.is_empty() {
             return Err(Error::InvalidOptions(
                 "an SDA is imported into only when new".into(),
@@ -63,15 +63,7 @@ impl Sda {
         if let Some(top) = entries.iter().map(|e| e.seq).max() {
             self.next_seq = self.next_seq.max(top + 1);
         }
-        entries.sort_by(|x, y| x.order(y));
-        entries.dedup_by(|later, first| later.key == first.key && later.version == first.version);
-        let w_set: Vec<Version> = self.tree.live().collect();
-        // Everything there is: nothing outside can hold what a tombstone hides.
-        let (entries, _) =
-            merge::drop_unread(entries, &w_set, &self.tree, &merge::Outside::default());
-        if !entries.is_empty() {
-            self.write_pieces(&entries, &w_set, 0)?;
-        }
+        self.write_all(entries, 0)?;
         self.merge_due()
     }
 }
