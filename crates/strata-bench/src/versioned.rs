@@ -256,6 +256,14 @@ pub struct Point {
     pub inserts: u64,
     pub insert_secs: f64,
     pub inserts_per_sec: f64,
+    /// Each put's own time (`put_at`'s return), the 99th percentile and the longest, in
+    /// seconds: a put that flushes, or waits for merges, pays for them here. CPU only on a
+    /// simulated disk.
+    pub put_p99_secs: f64,
+    pub slowest_put_secs: f64,
+    /// The same in nanoseconds, one a put, for the summary's percentile.
+    #[serde(skip)]
+    pub put_nanos: Vec<u64>,
     pub insert_io: Io,
     /// Mean entries seen by the version each put went to.
     pub mean_nv: f64,
@@ -327,6 +335,9 @@ pub struct Summary {
     pub from_data_over_cache: f64,
     pub inserts_per_sec: f64,
     pub range_elements_per_sec: f64,
+    /// Over the same puts: the 99th percentile of a put's time and the longest, in seconds.
+    pub put_p99_secs: f64,
+    pub slowest_put_secs: f64,
     pub ios_per_insert: f64,
     pub bytes_per_insert: f64,
     /// Bytes read and written per put, in blocks.
@@ -548,7 +559,9 @@ fn drive(cfg: &Config, db: &VersionedDb, env: &SimEnv, model: Option<&SimModel>)
             }
             let v = tree.leaves[rng.below(tree.leaves.len() as u64) as usize];
             let (k, val) = pair(&mut rng);
+            let t = Instant::now();
             db.put_at(v, k, val)?;
+            point.put_nanos.push(t.elapsed().as_nanos() as u64);
             *tree.writes.entry(v).or_default() += 1;
             nv_sum += tree.seen(v);
             done += 1;
@@ -557,6 +570,9 @@ fn drive(cfg: &Config, db: &VersionedDb, env: &SimEnv, model: Option<&SimModel>)
         // or for after the last).
         db.finish_merges()?;
         point.insert_secs = t0.elapsed().as_secs_f64();
+        point.put_nanos.sort_unstable();
+        point.put_p99_secs = quantile(&point.put_nanos, 0.99) as f64 / 1e9;
+        point.slowest_put_secs = point.put_nanos.last().copied().unwrap_or(0) as f64 / 1e9;
         point.insert_io = Io::between(&io0, &db.data_io());
         if let Some(m) = model {
             // The data file's IOs alone, one at a time (the log, which the seed's prototypes
@@ -609,6 +625,14 @@ fn drive(cfg: &Config, db: &VersionedDb, env: &SimEnv, model: Option<&SimModel>)
         .map(|(k, v)| (k.to_string(), *v))
         .collect();
     Ok((points, space, detail))
+}
+
+/// The value below which a fraction `q` of the sorted `xs` fall (0 for none).
+fn quantile(xs: &[u64], q: f64) -> u64 {
+    match xs.len() {
+        0 => 0,
+        n => xs[((n as f64 * q) as usize).min(n - 1)],
+    }
 }
 
 /// A clone of a random leaf (1/3) or a random internal version (2/3, while there is one).
@@ -682,6 +706,11 @@ fn summarise(cfg: &Config, line: Line, points: &[Point]) -> Summary {
         rsecs += p.range_secs + p.range_device_secs;
         nv += p.mean_nv * p.inserts as f64;
     }
+    let mut nanos: Vec<u64> = chosen
+        .iter()
+        .flat_map(|p| p.put_nanos.iter().copied())
+        .collect();
+    nanos.sort_unstable();
     let per = |x: u64, d: u64| x as f64 / d.max(1) as f64;
     let block = cfg.block_bytes;
     let b = cfg.pairs_per_block();
@@ -690,6 +719,8 @@ fn summarise(cfg: &Config, line: Line, points: &[Point]) -> Summary {
         from_data_over_cache: from,
         inserts_per_sec: n as f64 / f64::max(secs, 1e-9),
         range_elements_per_sec: elems as f64 / f64::max(rsecs, 1e-9),
+        put_p99_secs: quantile(&nanos, 0.99) as f64 / 1e9,
+        slowest_put_secs: nanos.last().copied().unwrap_or(0) as f64 / 1e9,
         ios_per_insert: per(ins.reads + ins.writes, n),
         bytes_per_insert: per(ins.bytes_read + ins.bytes_written, n),
         blocks_read_per_insert: per(ins.bytes_read, n) / block as f64,
@@ -755,17 +786,27 @@ impl Report {
             let _ = writeln!(out, "{} ({}): {}", l.label, l.line.name(), l.settings);
             let _ = writeln!(
                 out,
-                "{:>9} {:>7} {:>9} {:>10} {:>9} {:>12} {:>11}",
-                "data", "data/M", "versions", "puts/s", "IO/put", "range el/s", "IO/element"
+                "{:>9} {:>7} {:>9} {:>10} {:>9} {:>9} {:>9} {:>12} {:>11}",
+                "data",
+                "data/M",
+                "versions",
+                "puts/s",
+                "p99 µs",
+                "max ms",
+                "IO/put",
+                "range el/s",
+                "IO/element"
             );
             for p in &l.points {
                 let _ = writeln!(
                     out,
-                    "{:>9} {:>7.1} {:>9} {:>10.0} {:>9.3} {:>12.0} {:>11.4}",
+                    "{:>9} {:>7.1} {:>9} {:>10.0} {:>9.1} {:>9.1} {:>9.3} {:>12.0} {:>11.4}",
                     human(p.data_bytes),
                     p.data_bytes as f64 / c.cache_bytes as f64,
                     p.live_versions,
                     p.inserts_per_sec,
+                    p.put_p99_secs * 1e6,
+                    p.slowest_put_secs * 1e3,
                     ratio(p.insert_io.reads + p.insert_io.writes, p.inserts),
                     p.range_elements_per_sec,
                     ratio(p.range_io.reads + p.range_io.writes, p.range_elements),
@@ -777,7 +818,7 @@ impl Report {
     }
 
     /// Rows of the summary beside Table 1: (line, cells).
-    fn summary_rows(&self) -> Vec<(&'static str, [String; 7])> {
+    fn summary_rows(&self) -> Vec<(&'static str, [String; 9])> {
         self.lines
             .iter()
             .map(|l| {
@@ -786,6 +827,8 @@ impl Report {
                     l.label,
                     [
                         format!("{:.0}", s.inserts_per_sec),
+                        format!("{:.1}", s.put_p99_secs * 1e6),
+                        format!("{:.1}", s.slowest_put_secs * 1e3),
                         format!("{:.0}", s.range_elements_per_sec),
                         format!("{:.4}", s.blocks_read_per_insert),
                         format!("{:.4}", s.blocks_written_per_insert),
@@ -847,14 +890,23 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "{:<32} {:>10} {:>12} {:>9} {:>9} {:>9} {:>11} {:>9}",
-            "line", "puts/s", "range el/s", "rd/put", "wr/put", "bound", "blk/elem", "bound"
+            "{:<32} {:>10} {:>9} {:>9} {:>12} {:>9} {:>9} {:>9} {:>11} {:>9}",
+            "line",
+            "puts/s",
+            "p99 µs",
+            "max ms",
+            "range el/s",
+            "rd/put",
+            "wr/put",
+            "bound",
+            "blk/elem",
+            "bound"
         );
         for (label, c) in self.summary_rows() {
             let _ = writeln!(
                 out,
-                "{label:<32} {:>10} {:>12} {:>9} {:>9} {:>9} {:>11} {:>9}",
-                c[0], c[1], c[2], c[3], c[4], c[5], c[6]
+                "{label:<32} {:>10} {:>9} {:>9} {:>12} {:>9} {:>9} {:>9} {:>11} {:>9}",
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]
             );
         }
         let _ = writeln!(out, "{BOUNDS}");
@@ -880,9 +932,9 @@ impl Report {
     pub fn markdown(&self) -> String {
         use std::fmt::Write as _;
         let mut out = String::from(
-            "| line | puts/s | range elements/s | blocks read per put | blocks written per put \
-             | Table 1 bound per put | blocks per range element | Table 1 bound (1/B) |\n\
-             |---|---|---|---|---|---|---|---|\n",
+            "| line | puts/s | put p99 (µs) | slowest put (ms) | range elements/s | blocks read \
+             per put | blocks written per put | Table 1 bound per put | blocks per range element \
+             | Table 1 bound (1/B) |\n|---|---|---|---|---|---|---|---|---|---|\n",
         );
         for (label, c) in self.summary_rows() {
             let _ = writeln!(out, "| {label} | {} |", c.join(" | "));
@@ -1051,16 +1103,22 @@ mod tests {
             ..Point::default()
         };
         // The first point, at 2× memory, is left out.
-        let points = [
+        let mut points = [
             point(2000, 999_999, 10.0),
             point(4000, 4096 * 100, 5000.0),
             point(5000, 4096 * 300, 5000.0),
         ];
+        // Puts of 1 to 200 µs over the two points kept, and a slow one in the point left out.
+        points[0].put_nanos = vec![9_000_000_000];
+        points[1].put_nanos = (1..=100).map(|us| us * 1000).collect();
+        points[2].put_nanos = (101..=200).map(|us| us * 1000).collect();
         let b = 4096.0 / PAIR_BYTES as f64;
         let s = summarise(&cfg, Line::Sda, &points);
         assert_eq!(s.from_data_over_cache, 4.0);
         assert_eq!(s.inserts_per_sec, 2000.0);
         assert_eq!(s.range_elements_per_sec, 2000.0);
+        assert_eq!(s.put_p99_secs, 199e-6);
+        assert_eq!(s.slowest_put_secs, 200e-6);
         assert_eq!(s.ios_per_insert, 0.04);
         assert_eq!(s.blocks_read_per_insert, 0.2);
         assert_eq!(s.blocks_written_per_insert, 0.4);

@@ -24,8 +24,9 @@
 //! the levels); arrays written between checkpoints are referenced only by the next manifest,
 //! so a crash before it leaves them unreferenced and the log replays their writes.
 //!
-//! Merges run one at a time, between operations (`settle`), on a thread of their own
-//! (`merger`; `VersionedOptions::background_merges`, the default) or on the writer's. With
+//! Merges run between operations (`settle`), on a thread of their own, the writer running
+//! some beside it once two flushes' merges are pending (`merger`;
+//! `VersionedOptions::background_merges`, the default), or all on the writer's. With
 //! the thread, a checkpoint does not wait for merges: its manifest may hold a level's arrays
 //! whose W meet (a running merge's inputs, or a pair not merged yet), which the next open
 //! merges; `finish_merges` (a close) runs them all first. Inline, a checkpoint runs every
@@ -110,9 +111,13 @@ pub struct Sda {
     /// Merges run on their own thread, and the flushes that waited for merges (`merger`).
     background_merges: u64,
     stalls: u64,
+    /// Merges the writer ran between flushes beside the thread's (`merger::pace`).
+    paced_merges: u64,
     stall_nanos: u64,
     /// Flushes since the levels were last stratified with no merge running (`merger`).
     lag: u32,
+    /// Bytes written since the writer last looked for a merge of its own (`merger::pace`).
+    paced: usize,
     /// Tombstones merges dropped as hiding nothing, since the open.
     dropped_tombstones: u64,
     /// Tests: merges installed with tree changes replayed on them.
@@ -182,8 +187,10 @@ impl Sda {
             inflight: None,
             background_merges: 0,
             stalls: 0,
+            paced_merges: 0,
             stall_nanos: 0,
             lag: 0,
+            paced: 0,
             dropped_tombstones: 0,
             #[cfg(test)]
             replayed: 0,
@@ -230,6 +237,7 @@ impl Sda {
     fn write(&mut self, v: Version, key: &[u8], value: Option<Vec<u8>>) -> Result<()> {
         self.tree.check_writable(v)?;
         self.buffered_bytes += entry_bytes(key, &value);
+        self.paced += entry_bytes(key, &value);
         let old = self.buffer.insert(v, key, (self.next_seq, value));
         if let Some((_, old)) = old {
             self.buffered_bytes -= entry_bytes(key, &old);
@@ -406,7 +414,8 @@ impl VersionedEngine for Sda {
             self.flush()?;
             self.lag += 1;
         }
-        self.merge_step()
+        self.merge_step()?;
+        self.pace()
     }
 
     fn stats(&self) -> EngineStats {
@@ -440,6 +449,7 @@ impl VersionedEngine for Sda {
                 ("merge_write_bytes", c.merge_write_bytes),
                 ("background_merges", self.background_merges),
                 ("stalls", self.stalls),
+                ("paced_merges", self.paced_merges),
                 ("stall_ms", self.stall_nanos / 1_000_000),
                 ("cached_levels", self.cache.resident() as u64),
                 ("cached_bytes", self.cache.bytes() as u64),
@@ -539,13 +549,15 @@ mod tests {
     }
 
     /// The same with merges on a thread of their own (`merger`): reads meet a running merge's
-    /// inputs beside the arrays flushed meanwhile, and clones and version deletes made while
-    /// it runs are replayed on its output.
+    /// inputs beside the arrays flushed meanwhile and those the writer merged between its
+    /// writes, and clones and version deletes made while it runs are replayed on its output.
     #[test]
     fn matches_the_reference_with_merges_on_their_own_thread() {
         let s = against_the_reference(Config::tiny(), 4000, true);
         assert!(s.detail("background_merges_in_all") > 50, "{s:?}");
         assert!(s.detail("replayed_merges") > 5, "{s:?}");
+        // The writer ran merges between its writes beside the thread's (`merger::pace`).
+        assert!(s.detail("paced_merges_in_all") > 50, "{s:?}");
         assert!(s.detail("tombstones_merges_dropped") > 10, "{s:?}");
         assert!(s.detail("splits") > 0, "{s:?}");
     }
@@ -593,7 +605,7 @@ mod tests {
         background: bool,
     ) -> EngineStats {
         let mut t = fresh(cfg).background(background);
-        let (mut replayed, mut background_merges, mut tombstones) = (0, 0, 0);
+        let (mut replayed, mut background_merges, mut tombstones, mut paced) = (0, 0, 0, 0);
         let mut m = VersionedMap::new();
         let mut rng = Rng(seed);
         let mut cache_hits = 0;
@@ -644,6 +656,7 @@ mod tests {
                 replayed += t.replayed;
                 background_merges += t.background_merges;
                 tombstones += t.dropped_tombstones;
+                paced += t.paced_merges;
                 t = reopen(t, step);
                 assert_eq!(t.config(), cfg, "the configuration survives a reopen");
                 t.check().unwrap();
@@ -678,6 +691,8 @@ mod tests {
             "tombstones_merges_dropped",
             tombstones + t.dropped_tombstones,
         ));
+        s.detail
+            .push(("paced_merges_in_all", paced + t.paced_merges));
         s
     }
 
@@ -1173,6 +1188,59 @@ mod tests {
         let keys: Vec<Vec<u8>> = stored(&mut t).into_iter().map(|(k, _)| k).collect();
         assert_eq!(keys.len(), 14, "{keys:?}");
         assert!(!keys.contains(&key(0)));
+        t.check().unwrap();
+    }
+
+    /// With merges on their thread, the writer runs none of its own while the lag lasts: a
+    /// flush's merges wait for the thread, and batch better for it. Once `MAX_LAG` flushes
+    /// have landed unsettled, the writes that fill the next buffer run those due that the
+    /// thread's merge does not hold up (`merger::pace`), so the next flush finds none left
+    /// to stall on.
+    #[test]
+    fn the_writer_paces_the_merges_due_once_the_lag_runs_out() {
+        let cfg = Config {
+            buffer_bytes: 2000,
+            level0_entries: 1 << 12,
+            ..Config::tiny()
+        };
+        let mut t = fresh(cfg).background(true);
+        let w1 = t.clone_version(ROOT).unwrap();
+        let w2 = t.clone_version(ROOT).unwrap();
+        let mut n = 0u32;
+        let mut put = |t: &mut Sda| {
+            let v = if n.is_multiple_of(2) { w1 } else { w2 };
+            t.put_at(v, &n.to_be_bytes(), b"a value").unwrap();
+            n += 1;
+            t.settle().unwrap();
+        };
+        // A settled start: one array for each leaf at level 0.
+        while t.counters.flushes < 1 {
+            put(&mut t);
+        }
+        t.finish_merges().unwrap();
+        assert_eq!(t.levels[0].len(), 2);
+        // The next flush makes two pairs due: the thread takes one, the other waits.
+        while t.counters.flushes < 2 {
+            put(&mut t);
+        }
+        assert_eq!(t.lag, 1);
+        assert!(policy::next_merge_except(&t.levels, &t.busy()).is_some());
+        for _ in 0..10 {
+            put(&mut t);
+        }
+        assert_eq!(t.paced_merges, 0, "the writer merged within the lag");
+        // The lag runs out: the writes after this flush run what the thread does not hold.
+        while t.counters.flushes < 3 {
+            put(&mut t);
+        }
+        assert_eq!(t.lag, merger::MAX_LAG);
+        for _ in 0..10 {
+            put(&mut t);
+        }
+        assert_eq!(t.counters.flushes, 3);
+        assert!(t.paced_merges > 0);
+        assert_eq!(policy::next_merge_except(&t.levels, &t.busy()), None);
+        assert_eq!(t.stalls, 0);
         t.check().unwrap();
     }
 
