@@ -111,6 +111,12 @@ impl Allocator {
     /// bounds what they cost in space, and past it holes are filled before the file grows.
     /// Each extent is fresh on its own, so one freed early is reused at once.
     pub fn alloc_run(&mut self, lens: &[u64]) -> Vec<Extent> {
+        self.alloc_run_within(lens, RUN_SLACK)
+    }
+
+    /// `alloc_run` with the share of holes allowed before runs fill them given: with 0, the
+    /// file grows for a run only where no hole takes its block.
+    pub fn alloc_run_within(&mut self, lens: &[u64], slack: f64) -> Vec<Extent> {
         let lens: Vec<u64> = lens.iter().map(|&l| Self::round(l)).collect();
         let mut rest: u64 = lens.iter().sum();
         let mut out = Vec::with_capacity(lens.len());
@@ -122,7 +128,7 @@ impl Allocator {
                 Some((at, limit, _)) if at + len <= limit => at,
                 _ => {
                     self.close_run(run);
-                    let slack = self.free_total as f64 <= RUN_SLACK * self.end as f64;
+                    let slack = self.free_total as f64 <= slack * self.end as f64;
                     let hole = self
                         .by_size
                         .range((rest, 0)..)
@@ -401,6 +407,31 @@ mod tests {
         // Each piece is fresh on its own: freed, it is free at once.
         a.free(run[0]);
         assert_eq!(a.free_bytes(), 8192);
+    }
+
+    /// With no slack (`BlockSink::write_run`'s small arrays), a run fills holes first, as
+    /// best fit does, and the file grows only for a block no hole takes.
+    #[test]
+    fn a_run_without_slack_fills_holes_before_the_file_grows() {
+        let page = |p: u64| 8192 + p * 4096;
+        let used = [0u64, 3, 11].map(|p| Extent {
+            offset: page(p),
+            len: 4096,
+        });
+        // Holes: pages 1-2 and 4-10; the file ends after page 11.
+        let mut a = Allocator::from_used(8192, used);
+        let run = a.alloc_run_within(&[4096, 8192], 0.0);
+        assert_eq!((run[0].offset, run[1].offset), (page(4), page(5)));
+        // Left: pages 1-2 and 7-10. No hole takes 24 KiB: the first block goes where it fits
+        // best, the other two into the hole that takes both.
+        let run = a.alloc_run_within(&[8192; 3], 0.0);
+        assert_eq!(
+            run.iter().map(|e| e.offset).collect::<Vec<_>>(),
+            [page(1), page(7), page(9)]
+        );
+        assert_eq!((a.free_bytes(), a.end()), (0, page(12)));
+        // No hole left: the end.
+        assert_eq!(a.alloc_run_within(&[4096], 0.0)[0].offset, page(12));
     }
 
     #[test]

@@ -129,6 +129,33 @@ fn write_chunks<'a>(
     dev.write_parts_at(&parts, offset)
 }
 
+/// Write `blocks` at `exts` (one each, in order, from `Allocator::alloc_run`): one write per
+/// run of adjacent extents of at most `MAX_RUN_IO` bytes, `done` told each run's indices once
+/// it is written. On an error, the index of the first block not written, with the error.
+fn write_adjacent(
+    dev: &dyn Device,
+    blocks: &[&Sealed],
+    exts: &[Extent],
+    mut done: impl FnMut(std::ops::Range<usize>),
+) -> std::result::Result<(), (usize, Error)> {
+    let mut i = 0;
+    while i < blocks.len() {
+        // The run: blocks i..j, each starting where the one before it ends.
+        let mut j = i + 1;
+        while j < blocks.len()
+            && exts[j].offset == exts[j - 1].end()
+            && exts[j].end() - exts[i].offset <= MAX_RUN_IO
+        {
+            j += 1;
+        }
+        let chunks = blocks[i..j].iter().flat_map(|s| s.chunks.iter());
+        write_chunks(dev, chunks, exts[i].offset).map_err(|e| (i, e))?;
+        done(i..j);
+        i = j;
+    }
+    Ok(())
+}
+
 /// A node's block, framed (`block::seal_head`, then the tail, then padding), not yet placed.
 #[derive(Debug)]
 pub struct Sealed {
@@ -156,6 +183,11 @@ impl Sealed {
 
     /// Whether some of the bytes are shared with a resident node, so that writing them later
     /// costs no copy.
+    /// Its bytes on the device, padding included.
+    pub fn bytes(&self) -> u64 {
+        self.len
+    }
+
     pub fn shares(&self) -> bool {
         self.chunks
             .iter()
@@ -217,6 +249,24 @@ impl BlockSink {
             return Err(e);
         }
         Ok(ext)
+    }
+
+    /// Write `blocks` to fresh extents, adjacent where a hole takes them together
+    /// (`Allocator::alloc_run_within`, holes filled before the file grows: these are many
+    /// small blocks, a flush's or a merge's arrays, not a pool's write-back), one write per
+    /// run of them (`write_adjacent`). Their extents, in order; on an error all are given back.
+    pub fn write_run(&self, blocks: Vec<Sealed>) -> Result<Vec<Extent>> {
+        let lens: Vec<u64> = blocks.iter().map(|s| s.len).collect();
+        let exts = self.lock().alloc_run_within(&lens, 0.0);
+        let sealed: Vec<&Sealed> = blocks.iter().collect();
+        if let Err((_, e)) = write_adjacent(&*self.dev, &sealed, &exts, |_| {}) {
+            let mut a = self.lock();
+            for &ext in &exts {
+                a.free(ext);
+            }
+            return Err(e);
+        }
+        Ok(exts)
     }
 
     /// Give back an extent written but never adopted.
@@ -605,31 +655,22 @@ impl Pager {
     pub fn write_sealed_run(&mut self, blocks: Vec<(NodeId, Sealed)>) -> Result<usize> {
         let lens: Vec<u64> = blocks.iter().map(|(_, s)| s.len).collect();
         let exts = self.alloc().alloc_run(&lens);
+        let sealed: Vec<&Sealed> = blocks.iter().map(|(_, s)| s).collect();
+        let dev = self.dev.clone();
         let mut ios = 0;
-        let mut i = 0;
-        while i < blocks.len() {
-            // The run: blocks i..j, each starting where the one before it ends.
-            let mut j = i + 1;
-            while j < blocks.len()
-                && exts[j].offset == exts[j - 1].end()
-                && exts[j].end() - exts[i].offset <= MAX_RUN_IO
-            {
-                j += 1;
-            }
-            let chunks = blocks[i..j].iter().flat_map(|(_, s)| s.chunks.iter());
-            if let Err(e) = write_chunks(&*self.dev, chunks, exts[i].offset) {
-                let mut a = self.alloc();
-                for &ext in &exts[i..] {
-                    a.free(ext);
-                }
-                return Err(e);
-            }
+        let wrote = write_adjacent(&*dev, &sealed, &exts, |run| {
             ios += 1;
-            for ((id, _), &ext) in blocks[i..j].iter().zip(&exts[i..j]) {
+            for ((id, _), &ext) in blocks[run.clone()].iter().zip(&exts[run]) {
                 self.repoint(*id, ext);
                 self.written(ext);
             }
-            i = j;
+        });
+        if let Err((first, e)) = wrote {
+            let mut a = self.alloc();
+            for &ext in &exts[first..] {
+                a.free(ext);
+            }
+            return Err(e);
         }
         Ok(ios)
     }
@@ -1074,6 +1115,52 @@ mod tests {
             after.bytes_written - before.bytes_written,
             exts[4].end() - exts[0].offset
         );
+        p.commit(1, Vec::new()).unwrap();
+        let (q, _) = Pager::open(dev).unwrap();
+        for (i, &id) in ids.iter().enumerate() {
+            assert_eq!(q.read_block(id).unwrap(), (kind::BLOB, payload(i)));
+        }
+        q.verify_extents().unwrap();
+    }
+
+    /// A sink's run (an SDA flush's or merge's arrays): its blocks adjacent in one write, each
+    /// read back once adopted and committed; after a failed write every extent is given back,
+    /// so the next run takes the same place.
+    #[test]
+    fn a_sinks_run_is_one_write_and_a_failed_one_gives_its_extents_back() {
+        use crate::storage::{IoStats, Metered};
+        let disk = SimDisk::new(Default::default(), 0.0);
+        let dev = Arc::new(SimDevice::new("data", disk.clone()));
+        let stats = Arc::new(IoStats::new(Default::default(), 4096));
+        let metered: Arc<dyn Device> = Arc::new(Metered::new(dev.clone(), stats.clone()));
+        let mut p = Pager::create(metered);
+        let sink = p.block_sink();
+        let payload = |i: usize| vec![i as u8; 1000 + 3000 * i];
+        let run = |ids: &[NodeId]| -> Vec<Sealed> {
+            ids.iter()
+                .enumerate()
+                .map(|(i, &id)| Sealed::new(id, kind::BLOB, &payload(i), Vec::new()))
+                .collect()
+        };
+        let ids: Vec<NodeId> = (0..6).map(|_| sink.new_id()).collect();
+        let start = p.alloc().end();
+        disk.fail_io_after(0, false);
+        assert!(sink.write_run(run(&ids)).is_err());
+        disk.clear_faults();
+        let before = stats.snapshot();
+        let exts = sink.write_run(run(&ids)).unwrap();
+        let after = stats.snapshot();
+        assert_eq!(after.writes - before.writes, 1, "six blocks, one write");
+        assert_eq!(
+            exts[0].offset, start,
+            "the failed run's extents were given back"
+        );
+        for w in exts.windows(2) {
+            assert_eq!(w[0].end(), w[1].offset, "adjacent, in the order given");
+        }
+        for (&id, &ext) in ids.iter().zip(&exts) {
+            p.adopt_written(id, ext);
+        }
         p.commit(1, Vec::new()).unwrap();
         let (q, _) = Pager::open(dev).unwrap();
         for (i, &id) in ids.iter().enumerate() {

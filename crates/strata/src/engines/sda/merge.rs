@@ -7,9 +7,12 @@
 //!   cache holds whole: the smallest levels, cached as written), sorts
 //!   their entries together, keeps the newest write of each (key, version), and writes the
 //!   entries live at some version of W1 ∪ W2, less the tombstones that hide nothing there or
-//!   in any other array (`drop_unread`), as dense pieces, each one extent in one write;
-//!   then frees the inputs. Each piece goes to the level of its size, or the inputs' level if
-//!   that is higher.
+//!   in any other array (`drop_unread`), as dense pieces, each one extent; then frees the
+//!   inputs. Each piece goes to the level of its size, or the inputs' level if that is
+//!   higher.
+//! - Pieces are written together, up to `PIECE_BATCH` bytes an IO, in extents adjacent where
+//!   a hole (or the end of the file) takes them together (`BlockSink::write_run`): a flush at
+//!   1,000 versions makes a small piece per leaf written to.
 //!
 //! - A reclaim (after version deletes, `policy::next_reclaim`) is a merge of one array: read
 //!   whole, its entries live at some version of its unchanged W written as dense pieces at its
@@ -24,7 +27,7 @@ use super::array::{build_blocks, Entry};
 use super::merger::TreeEvent;
 use super::policy::{self, level_for, ArrayInfo};
 use super::*;
-use crate::storage::{BlockSink, Extent};
+use crate::storage::{BlockSink, Extent, Sealed};
 
 impl Sda {
     /// Write the buffer out as arrays.
@@ -390,38 +393,58 @@ pub(super) fn make_pieces(
         dropped: (entries.len() - kept.len()) as u64,
         written: 0,
     };
-    for p in pieces {
+    // Pieces are written together, a few MiB at a time (`BlockSink::write_run`): a flush at
+    // 1,000 versions makes a small piece per leaf, one IO each before.
+    let mut batch: Vec<(Sealed, Made)> = Vec::new();
+    let mut batched = 0;
+    let n = pieces.len();
+    for (i, p) in pieces.into_iter().enumerate() {
         let out: Vec<Entry> = p.entries.iter().map(|&i| entries[i].clone()).collect();
         let id = sink.new_id();
         let (head, sealed, blocks) =
             build_blocks(&out, cfg.block_bytes, cfg.filter_bits, id, encoding);
-        let ext = match sink.write(sealed) {
-            Ok(ext) => ext,
-            Err(e) => {
-                for m in cut.made {
-                    sink.discard(m.ext);
-                }
-                return Err(e);
-            }
-        };
-        cut.written += ext.len;
-        cut.made.push(Made {
-            ext,
+        batched += sealed.bytes();
+        let made = Made {
+            ext: Extent { offset: 0, len: 0 },
             head,
             blocks,
             info: ArrayInfo {
                 id,
                 entries: out.len() as u64,
-                bytes: ext.len,
+                bytes: 0,
                 versions: p.versions,
                 by_version: policy::count_by_version(out.iter().map(|e| &e.version)),
                 dead: 0,
                 tombstones: Some(out.iter().filter(|e| e.value.is_none()).count() as u64),
             },
-        });
+        };
+        batch.push((sealed, made));
+        if batched >= PIECE_BATCH || i + 1 == n {
+            let (sealed, made): (Vec<Sealed>, Vec<Made>) =
+                std::mem::take(&mut batch).into_iter().unzip();
+            batched = 0;
+            let exts = match sink.write_run(sealed) {
+                Ok(exts) => exts,
+                Err(e) => {
+                    for m in cut.made {
+                        sink.discard(m.ext);
+                    }
+                    return Err(e);
+                }
+            };
+            for (mut m, ext) in made.into_iter().zip(exts) {
+                cut.written += ext.len;
+                m.ext = ext;
+                m.info.bytes = ext.len;
+                cut.made.push(m);
+            }
+        }
     }
     Ok(cut)
 }
+
+/// Bytes of pieces written together (`make_pieces`).
+const PIECE_BATCH: u64 = 256 << 10;
 
 /// Where a merge's input comes from.
 pub(super) enum Source {

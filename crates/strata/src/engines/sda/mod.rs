@@ -1191,6 +1191,42 @@ mod tests {
         t.check().unwrap();
     }
 
+    /// A flush at many leaves makes a small piece for each; they are written together, a few
+    /// hundred KiB an IO (`BlockSink::write_run`), not one IO each, and read back.
+    #[test]
+    fn a_flush_writes_its_many_pieces_in_a_few_ios() {
+        let cfg = Config {
+            buffer_bytes: 1 << 20,
+            block_bytes: 4096,
+            level0_entries: 1 << 12,
+            ..Config::tiny()
+        };
+        let disk = SimDisk::new(Default::default(), 0.0);
+        let dev = Arc::new(SimDevice::new("data", disk.clone()));
+        let mut t = Sda::create(Pager::create(dev), cfg).unwrap();
+        let leaves: Vec<Version> = (0..64).map(|_| t.clone_version(ROOT).unwrap()).collect();
+        let key = |i: usize, k: usize| format!("{i:03}-{k}").into_bytes();
+        for (i, &v) in leaves.iter().enumerate() {
+            for k in 0..10 {
+                t.put_at(v, &key(i, k), b"value").unwrap();
+            }
+        }
+        let before = disk.ios();
+        t.flush().unwrap();
+        let ios = disk.ios() - before;
+        let pieces: usize = t.levels.iter().map(Vec::len).sum();
+        assert_eq!(pieces, 64);
+        assert!(ios <= 2, "{ios} IOs for {pieces} pieces");
+        for (i, &v) in leaves.iter().enumerate() {
+            assert_eq!(
+                t.get_at(v, &key(i, 9)).unwrap().as_deref(),
+                Some(&b"value"[..])
+            );
+            assert_eq!(t.get_at(v, &key((i + 1) % 64, 9)).unwrap(), None);
+        }
+        t.check().unwrap();
+    }
+
     /// With merges on their thread, the writer runs none of its own while the lag lasts: a
     /// flush's merges wait for the thread, and batch better for it. Once `MAX_LAG` flushes
     /// have landed unsettled, the writes that fill the next buffer run those due that the
