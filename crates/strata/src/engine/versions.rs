@@ -94,6 +94,12 @@ impl Spans {
         };
         enter <= at && at < exit
     }
+
+    /// `v`'s label and one past its subtree's last (`v` and its descendants label within);
+    /// an empty span for a version not in the tree.
+    pub fn span(&self, v: Version) -> (u32, u32) {
+        self.0.get(v as usize).copied().unwrap_or((u32::MAX, 0))
+    }
 }
 
 impl VersionTree {

@@ -190,21 +190,40 @@ pub fn live_sets(
     w_set: &[Version],
     tree: &VersionTree,
 ) -> Vec<(Version, Vec<usize>)> {
-    // Interval labels: an ancestry question is two comparisons (this loop asks |W| of them
-    // per key; with hashed ancestor sets it was the merges' largest cost at 1,000 versions).
+    // W by depth-first label: the versions of W at or below x are those whose label lies in
+    // x's span, one binary search away. A key's entries come deepest version first (numbers
+    // grow downwards) and newest first, so each entry is live at the versions of its span
+    // that no entry before it in its key took. A key written once at a leaf costs a search,
+    // not a look at every version of W (a flush at 1,000 versions has hundreds).
     let spans = tree.spans();
+    let mut by_label: Vec<(u32, usize)> = w_set
+        .iter()
+        .enumerate()
+        .map(|(wi, &w)| (spans.span(w).0, wi))
+        .collect();
+    by_label.sort_unstable();
+    let below = |x: Version| {
+        let (enter, exit) = spans.span(x);
+        let lo = by_label.partition_point(|&(l, _)| l < enter);
+        let hi = by_label.partition_point(|&(l, _)| l < exit);
+        lo..hi.max(lo)
+    };
     let mut live: Vec<Vec<usize>> = vec![Vec::new(); w_set.len()];
+    // Which key last took each version of W (by its place in `by_label`), so that a key of
+    // several entries gives each version to the first that reaches it.
+    let mut taken_by: Vec<usize> = vec![usize::MAX; by_label.len()];
     let mut start = 0;
     while start < entries.len() {
         let mut end = start + 1;
         while end < entries.len() && entries[end].key == entries[start].key {
             end += 1;
         }
-        for (wi, &w) in w_set.iter().enumerate() {
-            if let Some(i) =
-                (start..end).find(|&i| spans.is_ancestor_or_self(entries[i].version, w))
-            {
-                live[wi].push(i);
+        for i in start..end {
+            for k in below(entries[i].version) {
+                if end - start == 1 || taken_by[k] != start {
+                    taken_by[k] = start;
+                    live[by_label[k].1].push(i);
+                }
             }
         }
         start = end;
@@ -452,6 +471,81 @@ mod tests {
             count_by_version([3, 1, 3, 0].iter()),
             vec![(0, 1), (1, 1), (3, 2)]
         );
+    }
+
+    /// `live_sets` as first written: for each key and each version of W, a look at the key's
+    /// entries for the first at an ancestor-or-self.
+    fn live_sets_by_walk(
+        entries: &[Entry],
+        w_set: &[Version],
+        tree: &VersionTree,
+    ) -> Vec<(Version, Vec<usize>)> {
+        let mut live: Vec<Vec<usize>> = vec![Vec::new(); w_set.len()];
+        let mut start = 0;
+        while start < entries.len() {
+            let mut end = start + 1;
+            while end < entries.len() && entries[end].key == entries[start].key {
+                end += 1;
+            }
+            for (wi, &w) in w_set.iter().enumerate() {
+                if let Some(i) =
+                    (start..end).find(|&i| tree.is_ancestor_or_self(entries[i].version, w))
+                {
+                    live[wi].push(i);
+                }
+            }
+            start = end;
+        }
+        w_set
+            .iter()
+            .copied()
+            .zip(live)
+            .filter(|(_, l)| !l.is_empty())
+            .collect()
+    }
+
+    proptest::proptest! {
+        /// The search by labels answers as the walk does: random trees (clones, deletes),
+        /// random entries at any version (deleted ones too, and repeats of one version), W
+        /// any subset of the live versions in any order.
+        #[test]
+        fn liveness_by_labels_is_the_walks(
+            clones in proptest::collection::vec(0usize..64, 1..40),
+            deletes in proptest::collection::vec(0usize..64, 0..8),
+            writes in proptest::collection::vec((0u8..12, 0usize..64, 0u64..4), 0..120),
+            pick in proptest::collection::vec(proptest::prelude::any::<bool>(), 64),
+        ) {
+            let mut t = VersionTree::new();
+            let mut all = vec![ROOT];
+            for c in clones {
+                let v = all[c % all.len()];
+                if let Ok(w) = t.clone_version(v) {
+                    all.push(w);
+                }
+            }
+            for d in deletes {
+                let _ = t.delete(all[d % all.len()]);
+            }
+            let mut entries: Vec<Entry> = writes
+                .iter()
+                .map(|&(k, v, seq)| Entry {
+                    seq,
+                    ..e(k, all[v % all.len()])
+                })
+                .collect();
+            entries.sort_by(|x, y| x.order(y));
+            let mut w_set: Vec<Version> = t
+                .live()
+                .enumerate()
+                .filter(|&(i, _)| pick[i % pick.len()])
+                .map(|(_, v)| v)
+                .collect();
+            w_set.reverse();
+            proptest::prop_assert_eq!(
+                live_sets(&entries, &w_set, &t),
+                live_sets_by_walk(&entries, &w_set, &t)
+            );
+        }
     }
 
     #[test]
