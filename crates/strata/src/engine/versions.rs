@@ -65,7 +65,21 @@ pub struct VersionInfo {
 pub struct VersionTree {
     nodes: BTreeMap<Version, Node>,
     next: Version,
+    /// `spans`, made at the first ask after a change: every flush and merge asks.
+    spans: SpansOnce,
 }
+
+/// The tree's labels once made; no part of what the tree is (equal trees, whatever made).
+#[derive(Clone, Debug, Default)]
+struct SpansOnce(std::sync::OnceLock<Spans>);
+
+impl PartialEq for SpansOnce {
+    fn eq(&self, _: &SpansOnce) -> bool {
+        true
+    }
+}
+
+impl Eq for SpansOnce {}
 
 impl Default for VersionTree {
     fn default() -> VersionTree {
@@ -115,7 +129,11 @@ impl VersionTree {
                 frozen: false,
             },
         );
-        VersionTree { nodes, next: 1 }
+        VersionTree {
+            nodes,
+            next: 1,
+            spans: SpansOnce::default(),
+        }
     }
 
     /// The number the next clone gets.
@@ -158,6 +176,7 @@ impl VersionTree {
     /// Make a new leaf under `v`, which becomes internal.
     pub fn clone_version(&mut self, v: Version) -> Result<Version> {
         self.check_live(v)?;
+        self.spans = SpansOnce::default();
         let w = self.next;
         self.next += 1;
         let parent = self.nodes.get_mut(&v).expect("checked live");
@@ -179,6 +198,7 @@ impl VersionTree {
     /// entries no live version can reach.
     pub fn delete(&mut self, v: Version) -> Result<Vec<Version>> {
         self.check_live(v)?;
+        self.spans = SpansOnce::default();
         self.nodes.get_mut(&v).expect("checked live").deleted = true;
         let mut removed = Vec::new();
         let mut at = Some(v);
@@ -216,8 +236,13 @@ impl VersionTree {
     /// Depth-first interval labels of the tree, indexed by version number (below
     /// `next_version`): `a` is `v` or an ancestor of `v` exactly when `spans[a].0 <=
     /// spans[v].0 < spans[a].1` (`Spans::is_ancestor_or_self`), two comparisons instead of a
-    /// walk or a hashed set per question. Versions not in the tree get an empty span.
-    pub fn spans(&self) -> Spans {
+    /// walk or a hashed set per question. Versions not in the tree get an empty span. Made
+    /// once per change of the tree.
+    pub fn spans(&self) -> &Spans {
+        self.spans.0.get_or_init(|| self.label())
+    }
+
+    fn label(&self) -> Spans {
         let mut spans = vec![(u32::MAX, 0u32); self.next as usize];
         let mut clock = 0u32;
         // (version, whether its children are done)
@@ -351,7 +376,11 @@ impl VersionTree {
         {
             return Err(format!("version {v}: deleted, yet kept without children"));
         }
-        Ok(VersionTree { nodes, next })
+        Ok(VersionTree {
+            nodes,
+            next,
+            spans: SpansOnce::default(),
+        })
     }
 }
 
@@ -379,6 +408,8 @@ mod tests {
             } else {
                 t.clone_version(v).unwrap();
             }
+            // The labels kept since the last change are those of the tree as it is now.
+            assert_eq!(t.spans().0, t.label().0);
         }
         let spans = t.spans();
         let all = t.next_version() + 2;

@@ -218,8 +218,8 @@ pub fn live_sets(
         while end < entries.len() && entries[end].key == entries[start].key {
             end += 1;
         }
-        for i in start..end {
-            for k in below(entries[i].version) {
+        for (i, e) in entries.iter().enumerate().take(end).skip(start) {
+            for k in below(e.version) {
                 if end - start == 1 || taken_by[k] != start {
                     taken_by[k] = start;
                     live[by_label[k].1].push(i);
