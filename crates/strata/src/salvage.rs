@@ -732,7 +732,8 @@ enum Versioned {
 /// `VersionedDb`, in sequence order. The SDA's arrays are read block by block
 /// (`Sda::salvage_entries`) and written as dense arrays (`Sda::import`); the CoW B-tree's
 /// versions are read one at a time from their roots (`CowTree::salvage_version`) and each
-/// built as a tree of its own (`CowTree::import_version`). A clone's record names the version
+/// built from its nearest live ancestor's tree, shared, taking what differs
+/// (`CowTree::import_version`, in ascending order). A clone's record names the version
 /// it made, so after a lost clone the changes of the versions it would have made are refused,
 /// each reported.
 fn salvage_versioned(

@@ -141,6 +141,34 @@ impl CowTree {
         Ok(())
     }
 
+    /// Delete from version `v`'s tree, shadowing its path (no check that `v` takes writes).
+    fn delete_in(&mut self, v: Version, key: &[u8]) -> Result<()> {
+        // Nothing to copy for a key that is not there.
+        if self.lookup(v, key)?.is_none() {
+            return Ok(());
+        }
+        let root = self.shadow(self.roots[&v])?;
+        self.roots.insert(v, root);
+        let emptied = self.remove(root, key)?;
+        match self.load(root)? {
+            Node::Internal { kids, .. } if emptied => {
+                debug_assert!(kids.is_empty());
+                self.release(root)?;
+                let leaf = self.create_node(Node::Leaf(Vec::new()))?;
+                self.roots.insert(v, leaf);
+            }
+            Node::Internal { kids, .. } if kids.len() == 1 => {
+                // The only child takes the root's place and its pointer.
+                self.counts.remove(&root);
+                self.store.free(root);
+                self.frees += 1;
+                self.roots.insert(v, kids[0]);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     fn load(&mut self, id: NodeId) -> Result<Node> {
         Ok(self.store.get(id)?.read().clone())
     }
@@ -454,29 +482,7 @@ impl VersionedEngine for CowTree {
 
     fn delete_at(&mut self, v: Version, key: &[u8]) -> Result<()> {
         self.tree.check_writable(v)?;
-        // Nothing to copy for a key that is not there.
-        if self.lookup(v, key)?.is_none() {
-            return Ok(());
-        }
-        let root = self.shadow(self.roots[&v])?;
-        self.roots.insert(v, root);
-        let emptied = self.remove(root, key)?;
-        match self.load(root)? {
-            Node::Internal { kids, .. } if emptied => {
-                debug_assert!(kids.is_empty());
-                self.release(root)?;
-                let leaf = self.create_node(Node::Leaf(Vec::new()))?;
-                self.roots.insert(v, leaf);
-            }
-            Node::Internal { kids, .. } if kids.len() == 1 => {
-                // The only child takes the root's place and its pointer.
-                self.counts.remove(&root);
-                self.store.free(root);
-                self.frees += 1;
-                self.roots.insert(v, kids[0]);
-            }
-            _ => {}
-        }
+        self.delete_in(v, key)?;
         self.after_change()
     }
 

@@ -4,10 +4,10 @@
 //! given a version tree and each live version's entries (`import_tree`, `import_version`).
 //! Only the damage list and the new tree are written.
 //!
-//! The copy shares no node between versions: each live version's tree is built from its own
-//! entries (the source's sharing came from its history of clones and writes, which is gone).
-//! Its space is then about the sum of what each version sees, where the source's was what the
-//! shadowing of its writes copied.
+//! The copy shares nodes between versions: a version's tree starts as its nearest live
+//! ancestor's, shared, and takes what differs (`import_version`), so the copy holds about what
+//! the versions' differences need, as the source's clones and writes had made it; the
+//! source's history itself (which writes came when) is gone, so the sharing is by content.
 
 use std::collections::HashSet;
 
@@ -69,14 +69,61 @@ impl CowTree {
         Ok(())
     }
 
-    /// Put `entries` into version `v`'s tree, internal versions too.
+    /// Put `entries` (version `v`'s, ascending) into `v`'s tree, internal versions too. Called
+    /// for the live versions in ascending order, so a version's live ancestors come first:
+    /// `v` starts from its nearest live ancestor's tree, shared, and takes only what differs
+    /// from it (the keys it changed, added and does not have), so the copy shares nodes
+    /// wherever versions agree, as clones and writes had made the source's.
     pub(crate) fn import_version(
         &mut self,
         v: Version,
         entries: &[(Vec<u8>, Vec<u8>)],
     ) -> Result<()> {
-        for (k, x) in entries {
-            self.put_in(v, k, x)?;
+        let base = self
+            .tree
+            .ancestry(v)
+            .into_iter()
+            .skip(1)
+            .find(|&a| self.tree.is_live(a));
+        let Some(p) = base else {
+            for (k, x) in entries {
+                self.put_in(v, k, x)?;
+            }
+            return self.after_change();
+        };
+        // The ancestor as this copy holds it (nothing here is damaged).
+        let from = self.salvage_version(p, &mut Vec::new(), &mut HashSet::new())?;
+        let shared = self.roots[&p];
+        *self.counts.get_mut(&shared).expect("counted") += 1;
+        let empty = self
+            .roots
+            .insert(v, shared)
+            .expect("import_tree gave it a root");
+        self.release(empty)?;
+        let (mut i, mut j) = (0, 0);
+        while i < from.len() || j < entries.len() {
+            match (from.get(i), entries.get(j)) {
+                (Some((a, x)), Some((b, y))) if a == b => {
+                    if x != y {
+                        self.put_in(v, b, y)?;
+                    }
+                    i += 1;
+                    j += 1;
+                }
+                (Some((a, _)), Some((b, _))) if a < b => {
+                    self.delete_in(v, a)?;
+                    i += 1;
+                }
+                (Some((a, _)), None) => {
+                    self.delete_in(v, a)?;
+                    i += 1;
+                }
+                (_, Some((b, y))) => {
+                    self.put_in(v, b, y)?;
+                    j += 1;
+                }
+                (None, None) => unreachable!("the loop runs while either has entries"),
+            }
         }
         self.after_change()
     }
