@@ -594,14 +594,16 @@ pub fn build_in(
     id: NodeId,
     enc: Encoding,
 ) -> (Head, Sealed) {
-    let (head, sealed, _) = build_blocks(entries, block_bytes, filter_bits, id, enc);
+    let entries: Vec<&Entry> = entries.iter().collect();
+    let (head, sealed, _) = build_blocks(&entries, block_bytes, filter_bits, id, enc);
     (head, sealed)
 }
 
 /// `build_in`, and each block's bytes, shared with the sealed block (not copied), so that a
-/// block cache can keep what was just written (`Head::block_view`).
+/// block cache can keep what was just written (`Head::block_view`). The entries are borrowed:
+/// a merge's pieces take theirs from its one sorted list, not copies.
 pub fn build_blocks(
-    entries: &[Entry],
+    entries: &[&Entry],
     block_bytes: usize,
     filter_bits: f64,
     id: NodeId,
@@ -610,7 +612,7 @@ pub fn build_blocks(
     debug_assert!(!entries.is_empty());
     debug_assert!(entries
         .windows(2)
-        .all(|w| w[0].order(&w[1]) == Ordering::Less
+        .all(|w| w[0].order(w[1]) == Ordering::Less
             && (w[0].key != w[1].key || w[0].version != w[1].version)));
     let mut blocks = Vec::new();
     let mut firsts = Keys::with_capacity(0);

@@ -399,7 +399,7 @@ pub(super) fn make_pieces(
     let mut batched = 0;
     let n = pieces.len();
     for (i, p) in pieces.into_iter().enumerate() {
-        let out: Vec<Entry> = p.entries.iter().map(|&i| entries[i].clone()).collect();
+        let out: Vec<&Entry> = p.entries.iter().map(|&i| &entries[i]).collect();
         let id = sink.new_id();
         let (head, sealed, blocks) =
             build_blocks(&out, cfg.block_bytes, cfg.filter_bits, id, encoding);
