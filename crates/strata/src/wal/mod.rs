@@ -642,46 +642,12 @@ mod tests {
         (dev, w)
     }
 
-    /// A device that records the spans it was asked to start writing out.
-    #[derive(Debug)]
-    struct Starts {
-        dev: Arc<SimDevice>,
-        spans: Mutex<Vec<(u64, u64)>>,
-    }
-
-    impl Device for Starts {
-        fn name(&self) -> &str {
-            self.dev.name()
-        }
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-            self.dev.read_at(buf, offset)
-        }
-        fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
-            self.dev.write_at(data, offset)
-        }
-        fn sync(&self) -> Result<()> {
-            self.dev.sync()
-        }
-        fn start_write_out(&self, offset: u64, len: u64) {
-            lock(&self.spans).push((offset, len));
-        }
-        fn len(&self) -> Result<u64> {
-            self.dev.len()
-        }
-        fn set_len(&self, len: u64) -> Result<()> {
-            self.dev.set_len(len)
-        }
-    }
-
     /// Appended records are handed to the device to write out every `WRITE_OUT_EVERY` bytes,
     /// each span from where the one before ended, so a log nothing syncs meanwhile reaches its
     /// checkpoint's sync mostly written; a reset starts them over at the file's start.
     #[test]
     fn appends_are_started_out_as_the_log_grows() {
-        let d = Arc::new(Starts {
-            dev: sim("wal"),
-            spans: Mutex::new(Vec::new()),
-        });
+        let d = Cached::new("wal");
         let (w, _, _) = Wal::open([d.clone(), sim("other")], 0, |_| Ok(())).unwrap();
         let payload = vec![7u8; 10_000];
         let first = w.append(Kind::Batch, 1, &payload).unwrap();
@@ -999,12 +965,15 @@ mod tests {
 
     /// A log device that models the OS page cache: which pages it holds, and the reads a
     /// buffered write covering part of a page it does not hold would make (none past the
-    /// file's end, which the kernel fills with zeros).
+    /// file's end, which the kernel fills with zeros); and the spans it was asked to start
+    /// writing out.
     #[derive(Debug)]
     struct Cached {
         dev: Arc<SimDevice>,
         pages: Mutex<std::collections::BTreeSet<u64>>,
         reads_before_write: AtomicU64,
+        /// The spans it was asked to start writing out.
+        spans: Mutex<Vec<(u64, u64)>>,
     }
 
     impl Cached {
@@ -1013,6 +982,7 @@ mod tests {
                 dev: sim(name),
                 pages: Mutex::new(Default::default()),
                 reads_before_write: AtomicU64::new(0),
+                spans: Mutex::new(Vec::new()),
             })
         }
     }
@@ -1040,6 +1010,9 @@ mod tests {
         }
         fn sync(&self) -> Result<()> {
             self.dev.sync()
+        }
+        fn start_write_out(&self, offset: u64, len: u64) {
+            lock(&self.spans).push((offset, len));
         }
         fn forget(&self, offset: u64, len: u64) {
             let mut pages = lock(&self.pages);

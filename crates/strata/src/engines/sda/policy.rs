@@ -228,6 +228,12 @@ pub fn live_sets(
         }
         start = end;
     }
+    by_version(w_set, live)
+}
+
+/// `live_sets`' answer from its lists, one per version of `w_set`: the versions that see
+/// something, with theirs.
+fn by_version(w_set: &[Version], live: Vec<Vec<usize>>) -> Vec<(Version, Vec<usize>)> {
     w_set
         .iter()
         .copied()
@@ -496,12 +502,7 @@ mod tests {
             }
             start = end;
         }
-        w_set
-            .iter()
-            .copied()
-            .zip(live)
-            .filter(|(_, l)| !l.is_empty())
-            .collect()
+        by_version(w_set, live)
     }
 
     proptest::proptest! {
