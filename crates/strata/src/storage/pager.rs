@@ -181,13 +181,13 @@ impl Sealed {
         }
     }
 
-    /// Whether some of the bytes are shared with a resident node, so that writing them later
-    /// costs no copy.
     /// Its bytes on the device, padding included.
     pub fn bytes(&self) -> u64 {
         self.len
     }
 
+    /// Whether some of the bytes are shared with a resident node, so that writing them later
+    /// costs no copy.
     pub fn shares(&self) -> bool {
         self.chunks
             .iter()
@@ -831,6 +831,12 @@ impl Pager {
     /// Bytes in extents the table references.
     pub fn referenced_bytes(&self) -> u64 {
         self.table.values().map(|e| e.len).sum()
+    }
+
+    /// Tests: one past the last byte the allocator has handed out or holds free.
+    #[cfg(test)]
+    pub(crate) fn allocated_end(&self) -> u64 {
+        self.alloc().end()
     }
 
     pub fn free_bytes(&self) -> u64 {

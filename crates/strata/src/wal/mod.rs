@@ -320,9 +320,12 @@ impl Wal {
         let dev = sh.current();
         dev.write_at(&rec, start)?;
         tail.at = end;
-        if end >= tail.started + WRITE_OUT_EVERY {
-            dev.start_write_out(tail.started, end - tail.started);
-            tail.started = end;
+        // Whole pages only: the last one is still being filled, and one written out and then
+        // dirtied again can make the next append wait for its writeback.
+        let whole = end / OS_PAGE * OS_PAGE;
+        if whole >= tail.started + WRITE_OUT_EVERY {
+            dev.start_write_out(tail.started, whole - tail.started);
+            tail.started = whole;
         }
         sh.written.fetch_max(seq, Ordering::Release);
         Ok(start)
@@ -659,10 +662,11 @@ mod tests {
         assert_eq!(spans[0].0, first);
         for (s, next) in spans.iter().zip(&spans[1..]) {
             assert_eq!(s.0 + s.1, next.0, "{spans:?}");
+            assert_eq!(next.0 % OS_PAGE, 0, "whole pages: {spans:?}");
         }
         for &(_, len) in &spans {
             assert!(
-                (WRITE_OUT_EVERY..WRITE_OUT_EVERY + 11_000).contains(&len),
+                (WRITE_OUT_EVERY..WRITE_OUT_EVERY + 16_384).contains(&len),
                 "{spans:?}"
             );
         }

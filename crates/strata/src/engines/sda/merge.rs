@@ -393,8 +393,9 @@ pub(super) fn make_pieces(
         dropped: (entries.len() - kept.len()) as u64,
         written: 0,
     };
-    // Pieces are written together, a few MiB at a time (`BlockSink::write_run`): a flush at
-    // 1,000 versions makes a small piece per leaf, one IO each before.
+    // Pieces are written together, `PIECE_BATCH` at a time (the last piece may take a batch
+    // past it; `BlockSink::write_run`): a flush at 1,000 versions makes a small piece per
+    // leaf, one IO each before.
     let mut batch: Vec<(Sealed, Made)> = Vec::new();
     let mut batched = 0;
     let n = pieces.len();

@@ -21,12 +21,13 @@
 //! - **Bounded lag** (`MAX_LAG`): the writer may flush twice while the merges its flushes
 //!   made due are still running or waiting, and runs none itself meanwhile (left to the
 //!   thread, they batch better). After the second (`pace`), every 1/256 of a buffer's writes
-//!   it runs some of the merges due that take neither of the running merge's inputs (up to
-//!   32 merge bytes per byte written, each merge at most a buffer's size), so that both
-//!   cores work on them while it fills the next buffer. A third flush then first waits until
-//!   the levels are stratified again, running meanwhile whatever is left (a stall, counted
-//!   and timed); without the pacing that stall ran the writer's whole share of the cascade,
-//!   hundreds of merges, in one put. `compact`, `check` and a close
+//!   it runs merges due that take neither of the running merge's inputs, until they have read
+//!   8 bytes per byte written (at least one merge when one is due; none larger than the
+//!   buffer or 1 MiB), so that both cores work on them while it fills the next buffer. A
+//!   third flush then first waits until the levels are stratified again, running meanwhile
+//!   whatever is left (a stall, counted and timed); without the pacing that stall ran the
+//!   writer's whole share of the cascade, hundreds of merges, in one put. `compact`, `check`
+//!   and a close
 //!   (`finish_merges`) wait for the running merge, run every merge due inline, and find the
 //!   levels stratified; a checkpoint does not wait (its manifest lists the running merge's
 //!   inputs, and the next open merges what is due).

@@ -1227,54 +1227,86 @@ mod tests {
         t.check().unwrap();
     }
 
+    /// A flush whose second batch of pieces fails to write gives back the pieces its first
+    /// batch wrote: the allocator ends where it began, with the same bytes free.
+    #[test]
+    fn a_flush_that_fails_in_a_later_batch_gives_back_what_it_wrote() {
+        let cfg = Config {
+            buffer_bytes: 1 << 20,
+            block_bytes: 4096,
+            level0_entries: 1 << 12,
+            ..Config::tiny()
+        };
+        let disk = SimDisk::new(Default::default(), 0.0);
+        let dev = Arc::new(SimDevice::new("data", disk.clone()));
+        let mut t = Sda::create(Pager::create(dev), cfg).unwrap();
+        // 100 leaves, a 4 KiB piece each: two batches.
+        let leaves: Vec<Version> = (0..100).map(|_| t.clone_version(ROOT).unwrap()).collect();
+        for (i, &v) in leaves.iter().enumerate() {
+            t.put_at(v, format!("{i:03}").as_bytes(), b"value").unwrap();
+        }
+        let (end, free) = (t.pager.allocated_end(), t.pager.free_bytes());
+        let before = disk.ios();
+        // The second IO from now fails.
+        disk.fail_io_after(2, false);
+        assert!(t.flush().is_err());
+        assert_eq!(
+            disk.ios() - before,
+            2,
+            "the first batch written, the second failed"
+        );
+        assert_eq!((t.pager.allocated_end(), t.pager.free_bytes()), (end, free));
+        assert_eq!(t.levels.iter().map(Vec::len).sum::<usize>(), 0);
+    }
+
     /// With merges on their thread, the writer runs none of its own while the lag lasts: a
     /// flush's merges wait for the thread, and batch better for it. Once `MAX_LAG` flushes
-    /// have landed unsettled, the writes that fill the next buffer run those due that the
-    /// thread's merge does not hold up (`merger::pace`), so the next flush finds none left
-    /// to stall on.
+    /// have landed unsettled, the writes after the last run those due that the thread's merge
+    /// does not hold up (`merger::pace`), so the next flush finds none left to stall on. (The
+    /// lag is set by hand, not waited for: the thread may settle everything between flushes.)
     #[test]
     fn the_writer_paces_the_merges_due_once_the_lag_runs_out() {
         let cfg = Config {
-            buffer_bytes: 2000,
+            buffer_bytes: 3000,
             level0_entries: 1 << 12,
             ..Config::tiny()
         };
         let mut t = fresh(cfg).background(true);
-        let w1 = t.clone_version(ROOT).unwrap();
-        let w2 = t.clone_version(ROOT).unwrap();
+        let leaves: Vec<Version> = (0..3).map(|_| t.clone_version(ROOT).unwrap()).collect();
         let mut n = 0u32;
         let mut put = |t: &mut Sda| {
-            let v = if n.is_multiple_of(2) { w1 } else { w2 };
+            let v = leaves[n as usize % leaves.len()];
             t.put_at(v, &n.to_be_bytes(), b"a value").unwrap();
             n += 1;
             t.settle().unwrap();
         };
+        let mut until_flush = |t: &mut Sda| {
+            let flushes = t.counters.flushes;
+            while t.counters.flushes == flushes {
+                put(t);
+            }
+        };
         // A settled start: one array for each leaf at level 0.
-        while t.counters.flushes < 1 {
-            put(&mut t);
-        }
+        until_flush(&mut t);
         t.finish_merges().unwrap();
-        assert_eq!(t.levels[0].len(), 2);
-        // The next flush makes two pairs due: the thread takes one, the other waits.
-        while t.counters.flushes < 2 {
-            put(&mut t);
-        }
+        assert_eq!(t.levels[0].len(), 3);
+        // Within the lag: the next flush makes three pairs due; the thread takes one, and the
+        // writer leaves the other two to it.
+        until_flush(&mut t);
         assert_eq!(t.lag, 1);
         assert!(policy::next_merge_except(&t.levels, &t.busy()).is_some());
-        for _ in 0..10 {
-            put(&mut t);
-        }
         assert_eq!(t.paced_merges, 0, "the writer merged within the lag");
-        // The lag runs out: the writes after this flush run what the thread does not hold.
-        while t.counters.flushes < 3 {
-            put(&mut t);
-        }
-        assert_eq!(t.lag, merger::MAX_LAG);
+        // The same with the lag run out: the flush's own settle runs a pair the thread does
+        // not hold, and the writes after it whatever else is due.
+        t.finish_merges().unwrap();
+        t.lag = merger::MAX_LAG - 1;
+        until_flush(&mut t);
+        assert!(t.paced_merges > 0);
+        let flushes = t.counters.flushes;
         for _ in 0..10 {
             put(&mut t);
         }
-        assert_eq!(t.counters.flushes, 3);
-        assert!(t.paced_merges > 0);
+        assert_eq!(t.counters.flushes, flushes);
         assert_eq!(policy::next_merge_except(&t.levels, &t.busy()), None);
         assert_eq!(t.stalls, 0);
         t.check().unwrap();
