@@ -1191,10 +1191,14 @@ mod tests {
         t.check().unwrap();
     }
 
-    /// A flush at many leaves makes a small piece for each; they are written together, a few
-    /// hundred KiB an IO (`BlockSink::write_run`), not one IO each, and read back.
-    #[test]
-    fn a_flush_writes_its_many_pieces_in_a_few_ios() {
+    /// Key `k` of leaf `i` in `writes_at_leaves`.
+    fn leaf_key(i: usize, k: usize) -> Vec<u8> {
+        format!("{i:03}-{k}").into_bytes()
+    }
+
+    /// An SDA of 4 KiB blocks on a simulated disk, with `leaves` leaves under the root and
+    /// `keys` puts buffered at each (`leaf_key`), nothing flushed yet.
+    fn writes_at_leaves(leaves: usize, keys: usize) -> (Arc<SimDisk>, Sda, Vec<Version>) {
         let cfg = Config {
             buffer_bytes: 1 << 20,
             block_bytes: 4096,
@@ -1204,13 +1208,22 @@ mod tests {
         let disk = SimDisk::new(Default::default(), 0.0);
         let dev = Arc::new(SimDevice::new("data", disk.clone()));
         let mut t = Sda::create(Pager::create(dev), cfg).unwrap();
-        let leaves: Vec<Version> = (0..64).map(|_| t.clone_version(ROOT).unwrap()).collect();
-        let key = |i: usize, k: usize| format!("{i:03}-{k}").into_bytes();
-        for (i, &v) in leaves.iter().enumerate() {
-            for k in 0..10 {
-                t.put_at(v, &key(i, k), b"value").unwrap();
+        let vs: Vec<Version> = (0..leaves)
+            .map(|_| t.clone_version(ROOT).unwrap())
+            .collect();
+        for (i, &v) in vs.iter().enumerate() {
+            for k in 0..keys {
+                t.put_at(v, &leaf_key(i, k), b"value").unwrap();
             }
         }
+        (disk, t, vs)
+    }
+
+    /// A flush at many leaves makes a small piece for each; they are written together, a few
+    /// hundred KiB an IO (`BlockSink::write_run`), not one IO each, and read back.
+    #[test]
+    fn a_flush_writes_its_many_pieces_in_a_few_ios() {
+        let (disk, mut t, leaves) = writes_at_leaves(64, 10);
         let before = disk.ios();
         t.flush().unwrap();
         let ios = disk.ios() - before;
@@ -1219,10 +1232,10 @@ mod tests {
         assert!(ios <= 2, "{ios} IOs for {pieces} pieces");
         for (i, &v) in leaves.iter().enumerate() {
             assert_eq!(
-                t.get_at(v, &key(i, 9)).unwrap().as_deref(),
+                t.get_at(v, &leaf_key(i, 9)).unwrap().as_deref(),
                 Some(&b"value"[..])
             );
-            assert_eq!(t.get_at(v, &key((i + 1) % 64, 9)).unwrap(), None);
+            assert_eq!(t.get_at(v, &leaf_key((i + 1) % 64, 9)).unwrap(), None);
         }
         t.check().unwrap();
     }
@@ -1231,20 +1244,8 @@ mod tests {
     /// batch wrote: the allocator ends where it began, with the same bytes free.
     #[test]
     fn a_flush_that_fails_in_a_later_batch_gives_back_what_it_wrote() {
-        let cfg = Config {
-            buffer_bytes: 1 << 20,
-            block_bytes: 4096,
-            level0_entries: 1 << 12,
-            ..Config::tiny()
-        };
-        let disk = SimDisk::new(Default::default(), 0.0);
-        let dev = Arc::new(SimDevice::new("data", disk.clone()));
-        let mut t = Sda::create(Pager::create(dev), cfg).unwrap();
         // 100 leaves, a 4 KiB piece each: two batches.
-        let leaves: Vec<Version> = (0..100).map(|_| t.clone_version(ROOT).unwrap()).collect();
-        for (i, &v) in leaves.iter().enumerate() {
-            t.put_at(v, format!("{i:03}").as_bytes(), b"value").unwrap();
-        }
+        let (disk, mut t, _) = writes_at_leaves(100, 1);
         let (end, free) = (t.pager.allocated_end(), t.pager.free_bytes());
         let before = disk.ios();
         // The second IO from now fails.
