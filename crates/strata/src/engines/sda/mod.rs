@@ -745,6 +745,8 @@ mod tests {
             buffer_bytes: 64 << 10,
             level0_entries: 64,
             block_bytes: 256,
+            // Scans' first runs of 1/64 of it: two blocks.
+            cache_bytes: 32 << 10,
             ..Config::tiny()
         };
         let pager = Pager::create(Arc::new(SimDevice::new("data", disk.clone())));
@@ -757,21 +759,19 @@ mod tests {
         (disk, t)
     }
 
-    /// A version delete schedules the rewrite of an array it left holding entries no live
-    /// version reaches: a leaf's writes merged with those its parent and sibling read go
-    /// without any further write, and the space referenced falls by their share.
-    /// A range scan reads an array's blocks in runs, one IO each, growing 2, 4, 8 blocks
-    /// (`read::MAX_RUN_BLOCKS`), both ways; a scan paged 256 entries at a time, each page
-    /// starting after the last one's key, resumes inside the kept run and keeps growing, so
-    /// it reads no more than the scan in one go.
+    /// A range scan reads an array's blocks in runs, one IO each, each half as long again as
+    /// the one before, up to `read::MAX_RUN_GROWTH` times the first, both ways; a scan paged
+    /// 256 entries at a time, each page starting after the last one's key, resumes inside the
+    /// kept run and keeps growing, so it reads no more than the scan in one go.
     #[test]
     fn range_scans_read_blocks_in_growing_runs() {
         let (disk, mut t) = one_array_of_2000_keys();
         let id = t.arrays().next().unwrap().id;
         let blocks = t.head(id).unwrap().blocks.len();
         assert!(blocks > 200, "{blocks} blocks");
-        // Runs of 2, 4, then 8 blocks.
-        let runs = 2 + (blocks - 6).div_ceil(read::MAX_RUN_BLOCKS);
+        // Runs of 2, 3, 5, then 8 blocks.
+        assert_eq!(t.reads().first, 2);
+        let runs = 4 + (blocks - 18).div_ceil(8);
         let want: Vec<(Vec<u8>, Vec<u8>)> = (0..2000u32)
             .map(|k| (k.to_be_bytes().to_vec(), vec![k as u8; 20]))
             .collect();
@@ -858,6 +858,9 @@ mod tests {
         assert!(!called);
     }
 
+    /// A version delete schedules the rewrite of an array it left holding entries no live
+    /// version reaches: a leaf's writes merged with those its parent and sibling read go
+    /// without any further write, and the space referenced falls by their share.
     #[test]
     fn a_version_delete_reclaims_what_no_live_version_reaches() {
         let cfg = Config {
