@@ -13,9 +13,11 @@
 //!   behind is then obsolete, and the next rotation writes over it). At most one checkpoint is
 //!   in flight: a writer that reaches the next threshold first waits for it. `checkpoint` and
 //!   `close` checkpoint on the caller's thread; `close` then gives the log files' space back.
-//! - `get`, `range`: under the same lock, straight to the engine. Range iterators fetch a page of
-//!   entries at a time and hold no lock between pages; they see each key at most once, in order,
-//!   but are not a snapshot.
+//! - `get`, `range`: the same lock, shared by readers when the engine reads through `&self`
+//!   (`Engine::shared`: the Bε-tree), else alone; straight to the engine. A shared read that
+//!   leaves the pool above its budget takes the lock alone after it to settle the pool. Range
+//!   iterators fetch a page of entries at a time and hold no lock between pages; they see each
+//!   key at most once, in order, but are not a snapshot (a page is one batch's state).
 //! - open: read the newest checkpoint, replay log records past its sequence number.
 //!
 //! An IO error in the middle of a write leaves memory ahead of or behind the log, so it poisons
@@ -25,7 +27,7 @@
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 
 use crate::engine::dump::Dump;
@@ -64,7 +66,7 @@ struct Counters {
 
 pub struct Db {
     opts: Options,
-    state: Mutex<State>,
+    state: RwLock<State>,
     wal: Wal,
     data_stats: Arc<IoStats>,
     wal_stats: Arc<IoStats>,
@@ -279,7 +281,7 @@ impl Db {
         }
         Ok(Db {
             opts,
-            state: Mutex::new(State {
+            state: RwLock::new(State {
                 engine,
                 next_seq: last_seq + 1,
                 checkpointing: None,
@@ -310,9 +312,16 @@ impl Db {
         e
     }
 
-    fn state(&self) -> Result<MutexGuard<'_, State>> {
+    /// The state, alone: writes, checkpoints, and reads of engines without shared reads.
+    fn state(&self) -> Result<RwLockWriteGuard<'_, State>> {
         self.check_poison()?;
-        Ok(self.state.lock().unwrap_or_else(|e| e.into_inner()))
+        Ok(self.state.write().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The state, shared with other readers (`Engine::shared`).
+    fn reading(&self) -> Result<RwLockReadGuard<'_, State>> {
+        self.check_poison()?;
+        Ok(self.state.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
@@ -399,18 +408,36 @@ impl Db {
         Ok(())
     }
 
+    /// The value of `key`. Readers of an engine with shared reads (the Bε-tree's) run side by
+    /// side, waiting only while a write or a checkpoint's start holds the state; others take
+    /// it alone.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
-        let mut st = self.state()?;
+        let key = key.as_ref();
+        // Side by side, the device's reads counted here include other readers'.
         let before = self.data_stats.reads();
-        let got = st.engine.get(key.as_ref());
-        let settled = st.engine.settle();
+        let st = self.reading()?;
+        let got = match st.engine.shared() {
+            Some(r) => {
+                let got = r.get_shared(key);
+                let settle = r.over_budget();
+                drop(st);
+                // Even a failed read may have loaded nodes.
+                let settled = self.settle_if(settle);
+                got.and_then(|got| settled.map(|()| got))
+            }
+            None => {
+                drop(st);
+                let mut st = self.state()?;
+                let got = st.engine.get(key);
+                let settled = st.engine.settle();
+                got.and_then(|got| settled.map(|()| got))
+            }
+        };
         self.counters.point_queries.fetch_add(1, Relaxed);
         self.counters
             .point_query_reads
             .fetch_add(self.data_stats.reads() - before, Relaxed);
-        let got = got?;
-        settled?;
-        Ok(got)
+        got
     }
 
     /// Iterate over the keys in `range`, in order; `.rev()` iterates backwards.
@@ -437,20 +464,37 @@ impl Db {
         reverse: bool,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut st = self.state()?;
-        let mut out = Vec::new();
-        let scanned = st.engine.scan(
+        let (lo, hi) = (
             lo.as_ref().map(|k| k.as_slice()),
             hi.as_ref().map(|k| k.as_slice()),
-            reverse,
-            limit,
-            &mut out,
         );
+        let mut out = Vec::new();
+        let st = self.reading()?;
+        if let Some(r) = st.engine.shared() {
+            let scanned = r.scan_shared(lo, hi, reverse, limit, &mut out);
+            let settle = r.over_budget();
+            drop(st);
+            let settled = self.settle_if(settle);
+            scanned?;
+            settled?;
+            return Ok(out);
+        }
+        drop(st);
+        let mut st = self.state()?;
+        let scanned = st.engine.scan(lo, hi, reverse, limit, &mut out);
         // Even a failed scan may have loaded nodes: the pool goes back within its budget.
         let settled = st.engine.settle();
         scanned?;
         settled?;
         Ok(out)
+    }
+
+    /// After a shared read that left the pool above its budget: bring it back, alone.
+    fn settle_if(&self, over_budget: bool) -> Result<()> {
+        if over_budget {
+            self.state()?.engine.settle()?;
+        }
+        Ok(())
     }
 
     /// Write a checkpoint now and start the log over.
@@ -567,7 +611,7 @@ impl Db {
     }
 
     pub fn metrics(&self) -> Metrics {
-        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
         let engine = st.engine.stats();
         let write_seq = st.next_seq - 1;
         let data_file_bytes = st.engine.device().len().unwrap_or(0);

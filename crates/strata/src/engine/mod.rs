@@ -81,7 +81,29 @@ pub(crate) fn apply_each<E: Engine + ?Sized>(engine: &mut E, ops: &[Op]) -> Resu
     Ok(())
 }
 
-pub trait Engine: Send {
+/// Reads through `&self`, for an engine whose reads can run side by side (`Engine::shared`):
+/// `Db` then takes its state lock shared for `get` and range pages, so readers overlap their
+/// IOs and their CPU, and wait only while a write holds the lock. A shared read makes room in
+/// the pool by dropping clean nodes only; when that is not enough (`over_budget`), `Db` takes
+/// the lock alone after it and settles (`Engine::settle`), so that the budget holds between
+/// calls as it does for the other engines.
+pub trait SharedReads: Sync {
+    /// Whether the pool holds more than its budget (what shared reads could not evict).
+    fn over_budget(&self) -> bool;
+    /// `Engine::get`.
+    fn get_shared(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// `Engine::scan`.
+    fn scan_shared(
+        &self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        reverse: bool,
+        limit: usize,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<()>;
+}
+
+pub trait Engine: Send + Sync {
     fn name(&self) -> &'static str;
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>>;
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
@@ -120,6 +142,10 @@ pub trait Engine: Send {
     }
     /// Called between operations, when nothing is pinned: bring the cache within budget.
     fn settle(&mut self) -> Result<()>;
+    /// The engine's reads through `&self`, if it has them (`SharedReads`).
+    fn shared(&self) -> Option<&dyn SharedReads> {
+        None
+    }
     /// Right after a completed checkpoint: move blocks out of the file's tail into the holes
     /// below them (`Pager::relocate_tail`); the next checkpoint makes it durable and shortens
     /// the file. Returns the bytes moved.

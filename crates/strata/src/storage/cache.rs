@@ -25,7 +25,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use super::pager::{BlockWrite, Commit, NodeId, Pager, Sealed};
 use crate::error::{Error, Result};
@@ -160,6 +160,13 @@ pub struct CacheStats {
 
 pub struct NodeStore<N> {
     pager: Pager,
+    /// The pool's own state, behind a lock so that readers sharing the store (`get_shared`)
+    /// can load and evict side by side; a writer, holding the store alone (`&mut`), reaches
+    /// it without locking (`Mutex::get_mut`).
+    pool: Mutex<Pool<N>>,
+}
+
+struct Pool<N> {
     budget: usize,
     slots: Vec<Option<Entry<N>>>,
     free_slots: Vec<usize>,
@@ -173,23 +180,51 @@ pub struct NodeStore<N> {
     stats: CacheStats,
 }
 
+/// What eviction may do with the pager: write dirty victims back (a writer's, `&mut`), or
+/// only drop clean ones (readers', sharing it).
+enum Io<'a> {
+    Any(&'a mut Pager),
+    CleanOnly(&'a Pager),
+}
+
+impl Io<'_> {
+    fn pager(&self) -> &Pager {
+        match self {
+            Io::Any(p) => p,
+            Io::CleanOnly(p) => p,
+        }
+    }
+}
+
 impl<N: StoredNode> NodeStore<N> {
     pub fn new(pager: Pager, budget: usize) -> NodeStore<N> {
         NodeStore {
             pager,
-            budget,
-            slots: Vec::new(),
-            free_slots: Vec::new(),
-            index: HashMap::default(),
-            hand: 0,
-            resident: 0,
-            writeback_batch: 0,
-            watched: HashMap::default(),
-            stats: CacheStats {
-                budget_bytes: budget as u64,
-                ..Default::default()
-            },
+            pool: Mutex::new(Pool {
+                budget,
+                slots: Vec::new(),
+                free_slots: Vec::new(),
+                index: HashMap::default(),
+                hand: 0,
+                resident: 0,
+                writeback_batch: 0,
+                watched: HashMap::default(),
+                stats: CacheStats {
+                    budget_bytes: budget as u64,
+                    ..Default::default()
+                },
+            }),
         }
+    }
+
+    /// The pool, held alone.
+    fn pool(&mut self) -> &mut Pool<N> {
+        self.pool.get_mut().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The pool, locked (readers sharing the store).
+    fn locked(&self) -> MutexGuard<'_, Pool<N>> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn pager(&self) -> &Pager {
@@ -199,14 +234,15 @@ impl<N: StoredNode> NodeStore<N> {
     /// Change the budget (an LSM-tree's pool gets what its memtable leaves of one memory
     /// budget); the next `evict_to_budget` keeps to it.
     pub fn set_budget(&mut self, budget: usize) {
-        self.budget = budget;
-        self.stats.budget_bytes = budget as u64;
+        let pool = self.pool();
+        pool.budget = budget;
+        pool.stats.budget_bytes = budget as u64;
     }
 
     /// Write dirty victims back with up to `bytes` of charge of the nodes the hand reaches
     /// next (see the module comment); 0 writes each victim alone.
     pub fn set_writeback_batch(&mut self, bytes: usize) {
-        self.writeback_batch = bytes;
+        self.pool().writeback_batch = bytes;
     }
 
     pub fn pager_mut(&mut self) -> &mut Pager {
@@ -214,10 +250,11 @@ impl<N: StoredNode> NodeStore<N> {
     }
 
     pub fn stats(&self) -> CacheStats {
+        let pool = self.locked();
         CacheStats {
-            resident_bytes: self.resident as u64,
-            entries: self.index.len() as u64,
-            ..self.stats.clone()
+            resident_bytes: pool.resident as u64,
+            entries: pool.index.len() as u64,
+            ..pool.stats.clone()
         }
     }
 
@@ -238,32 +275,71 @@ impl<N: StoredNode> NodeStore<N> {
     }
 
     fn get_by(&mut self, id: NodeId, load: impl FnOnce(&Pager) -> Result<N>) -> Result<Pin<N>> {
-        if let Some(&slot) = self.index.get(&id) {
-            let e = self.slots[slot].as_mut().expect("indexed slot is occupied");
-            e.referenced = true;
-            self.stats.hits += 1;
-            return Ok(Pin(e.cell.clone()));
+        if let Some(pin) = self.pool().hit(id) {
+            return Ok(pin);
         }
-        self.stats.misses += 1;
+        self.pool().stats.misses += 1;
         let node = load(&self.pager)?;
-        let pin = self.insert(id, node, false);
+        let pin = self.pool().insert(id, node, false);
         self.evict_to_budget()?;
         Ok(pin)
     }
 
+    /// `get` for readers sharing the store (`&self`, with no writer meanwhile: the caller
+    /// holds what keeps writers out). A miss reads without holding the pool's lock, so
+    /// readers' IOs overlap; if another reader loaded the node meanwhile, its copy is taken.
+    /// Eviction then drops only clean nodes, and stops at a dirty victim: that waits for the
+    /// next writer's `evict_to_budget`, so the pool may stay above its budget until then.
+    pub fn get_shared(&self, id: NodeId) -> Result<Pin<N>> {
+        self.get_shared_by(id, |p| N::load(p, id))
+    }
+
+    /// `get_head` for readers sharing the store (`get_shared`).
+    pub fn get_head_shared(&self, id: NodeId) -> Result<Pin<N>> {
+        self.get_shared_by(id, |p| N::load_head(p, id))
+    }
+
+    /// `get_or_make` for readers sharing the store (`get_shared`).
+    pub fn get_or_make_shared(&self, id: NodeId, make: impl FnOnce() -> N) -> Result<Pin<N>> {
+        self.get_shared_by(id, |_| Ok(make()))
+    }
+
+    fn get_shared_by(&self, id: NodeId, load: impl FnOnce(&Pager) -> Result<N>) -> Result<Pin<N>> {
+        if let Some(pin) = self.locked().hit(id) {
+            return Ok(pin);
+        }
+        let node = load(&self.pager)?;
+        let mut pool = self.locked();
+        pool.stats.misses += 1;
+        // Another reader may have loaded it while this one read: one copy stays.
+        let pin = match pool.index.get(&id) {
+            Some(&slot) => Pin(pool.slots[slot].as_ref().expect("indexed").cell.clone()),
+            None => pool.insert(id, node, false),
+        };
+        pool.evict(Io::CleanOnly(&self.pager))?;
+        Ok(pin)
+    }
+
+    /// Whether the pool holds more than its budget.
+    pub fn over_budget(&self) -> bool {
+        let pool = self.locked();
+        pool.resident > pool.budget
+    }
+
     /// Whether node `id` is resident (no IO, no pin).
     pub fn is_resident(&self, id: NodeId) -> bool {
-        self.index.contains_key(&id)
+        self.locked().index.contains_key(&id)
     }
 
     /// Whether node `id`'s block on the device (at the pager's extent for it) is the node as
     /// the pool has it: not resident (a node leaves memory only written), or resident, clean
     /// and not waiting for a checkpoint to write its placed block.
     pub fn on_device(&self, id: NodeId) -> bool {
-        let Some(&slot) = self.index.get(&id) else {
+        let pool = self.locked();
+        let Some(&slot) = pool.index.get(&id) else {
             return true;
         };
-        let cell = &self.slots[slot]
+        let cell = &pool.slots[slot]
             .as_ref()
             .expect("indexed slot is occupied")
             .cell;
@@ -281,26 +357,18 @@ impl<N: StoredNode> NodeStore<N> {
     /// clean node goes through `mark_dirty`, so a node not marked dirty or freed since is as
     /// it was.
     pub fn watch(&mut self, id: NodeId) {
-        self.watched.insert(id, false);
+        self.pool().watched.insert(id, false);
     }
 
     /// Stop watching node `id`: whether it was neither marked dirty nor freed since `watch`.
     pub fn unwatch(&mut self, id: NodeId) -> bool {
-        self.watched.remove(&id) == Some(false)
-    }
-
-    fn touched(&mut self, id: NodeId) {
-        if !self.watched.is_empty() {
-            if let Some(t) = self.watched.get_mut(&id) {
-                *t = true;
-            }
-        }
+        self.pool().watched.remove(&id) == Some(false)
     }
 
     /// Add a new node; it is dirty until written.
     pub fn create(&mut self, node: N) -> Result<Pin<N>> {
         let id = self.pager.new_id();
-        let pin = self.insert(id, node, true);
+        let pin = self.pool().insert(id, node, true);
         self.evict_to_budget()?;
         Ok(pin)
     }
@@ -308,9 +376,125 @@ impl<N: StoredNode> NodeStore<N> {
     /// Add node `id`, already written whole to its extent (clean): a block built and written
     /// in one go, such as an LSM table.
     pub fn adopt(&mut self, id: NodeId, node: N) -> Result<Pin<N>> {
-        let pin = self.insert(id, node, false);
+        let pin = self.pool().insert(id, node, false);
         self.evict_to_budget()?;
         Ok(pin)
+    }
+
+    /// Record that a pinned node changed: it must be written back, and its size may differ.
+    pub fn mark_dirty(&mut self, pin: &Pin<N>) {
+        pin.0.dirty.store(true, Ordering::Relaxed);
+        self.pool().touched(pin.id());
+        self.recharge(pin);
+    }
+
+    /// Re-measure a resident node's charge (after it grew or shrank).
+    pub fn recharge(&self, pin: &Pin<N>) {
+        // Measured before the pool is locked: no node lock is taken under the pool's.
+        let charge = pin.read().charge();
+        let mut pool = self.locked();
+        if let Some(&slot) = pool.index.get(&pin.id()) {
+            let e = pool.slots[slot].as_mut().expect("indexed slot is occupied");
+            let old = std::mem::replace(&mut e.charge, charge);
+            pool.resident = pool.resident - old + charge;
+        }
+    }
+
+    /// Re-charge a resident node one part of which went from `before` to `after` bytes of
+    /// charge: `recharge` without measuring the whole node (a wide node has many parts).
+    /// Readers sharing the store call it holding the node's write lock, so that the node's
+    /// charge and the pool's account of it change together (a node's lock may be held while
+    /// the pool's is taken, never the other way round for a pinned node); the caller checks
+    /// the account there (`charge_of`).
+    pub fn recharge_by(&self, pin: &Pin<N>, before: usize, after: usize) {
+        let mut guard = self.locked();
+        let pool = &mut *guard;
+        if let Some(&slot) = pool.index.get(&pin.id()) {
+            let e = pool.slots[slot].as_mut().expect("indexed slot is occupied");
+            e.charge = e.charge - before + after;
+            pool.resident = pool.resident - before + after;
+        }
+    }
+
+    /// The charge the pool holds for node `id`, if resident.
+    pub fn charge_of(&self, id: NodeId) -> Option<usize> {
+        let pool = self.locked();
+        let &slot = pool.index.get(&id)?;
+        pool.slots[slot].as_ref().map(|e| e.charge)
+    }
+
+    /// Drop node `id` from the pool and the table.
+    pub fn free(&mut self, id: NodeId) {
+        let pool = self.pool();
+        pool.touched(id);
+        if let Some(slot) = pool.index.remove(&id) {
+            let e = pool.slots[slot].take().expect("indexed slot is occupied");
+            pool.resident -= e.charge;
+            pool.free_slots.push(slot);
+        }
+        self.pager.free(id);
+    }
+
+    /// Evict unpinned nodes, CLOCK order, until the residency is within budget, writing dirty
+    /// victims back.
+    pub fn evict_to_budget(&mut self) -> Result<()> {
+        let pool = self.pool.get_mut().unwrap_or_else(|e| e.into_inner());
+        pool.evict(Io::Any(&mut self.pager))
+    }
+
+    /// Start a checkpoint: seal every dirty node and write the table. A node whose block shares
+    /// its bytes with the node (the Bε-tree's basements) is only placed: the returned commit
+    /// writes it when made durable, possibly on another thread (and eviction writes it first if
+    /// the node leaves memory before that). Other nodes are written now.
+    pub fn begin_checkpoint(&mut self, wal_seq: u64, engine_meta: Vec<u8>) -> Result<Commit> {
+        let dirty: Vec<Arc<NodeCell<N>>> = self
+            .pool()
+            .slots
+            .iter()
+            .flatten()
+            .filter(|e| e.cell.dirty.load(Ordering::Relaxed))
+            .map(|e| e.cell.clone())
+            .collect();
+        let mut later = Vec::new();
+        let mut now = Vec::new();
+        for cell in dirty {
+            let k = seal_keyed(cell);
+            if k.sealed.shares() {
+                let cell = k.cell;
+                let block = Arc::new(self.pager.place_sealed(cell.id, k.sealed));
+                *cell.placed.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&block);
+                later.push(block);
+                cell.dirty.store(false, Ordering::Relaxed);
+            } else {
+                now.push(k);
+            }
+        }
+        let (nodes, ios) = write_in_order(&mut self.pager, now)?;
+        let stats = &mut self.pool().stats;
+        stats.checkpoint_nodes += nodes;
+        stats.checkpoint_ios += ios;
+        self.pager.begin_commit(wal_seq, engine_meta, later)
+    }
+
+    pub fn dirty_bytes(&self) -> usize {
+        self.locked()
+            .slots
+            .iter()
+            .flatten()
+            .filter(|e| e.cell.dirty.load(Ordering::Relaxed))
+            .map(|e| e.charge)
+            .sum()
+    }
+}
+
+impl<N: StoredNode> Pool<N> {
+    /// Pin node `id` if resident, marking it referenced.
+    fn hit(&mut self, id: NodeId) -> Option<Pin<N>> {
+        let &slot = self.index.get(&id)?;
+        let e = self.slots[slot].as_mut().expect("indexed slot is occupied");
+        e.referenced = true;
+        self.stats.hits += 1;
+        Some(Pin(e.cell.clone()))
     }
 
     fn insert(&mut self, id: NodeId, node: N, dirty: bool) -> Pin<N> {
@@ -341,67 +525,16 @@ impl<N: StoredNode> NodeStore<N> {
         Pin(cell)
     }
 
-    /// Record that a pinned node changed: it must be written back, and its size may differ.
-    pub fn mark_dirty(&mut self, pin: &Pin<N>) {
-        pin.0.dirty.store(true, Ordering::Relaxed);
-        self.touched(pin.id());
-        self.recharge(pin);
-    }
-
-    /// Re-measure a resident node's charge (after it grew or shrank).
-    pub fn recharge(&mut self, pin: &Pin<N>) {
-        if let Some(&slot) = self.index.get(&pin.id()) {
-            let charge = pin.read().charge();
-            let e = self.slots[slot].as_mut().expect("indexed slot is occupied");
-            self.resident = self.resident - e.charge + charge;
-            e.charge = charge;
+    fn touched(&mut self, id: NodeId) {
+        if !self.watched.is_empty() {
+            if let Some(t) = self.watched.get_mut(&id) {
+                *t = true;
+            }
         }
     }
 
-    /// Re-charge a resident node one part of which went from `before` to `after` bytes of
-    /// charge: `recharge` without measuring the whole node (a wide node has many parts).
-    pub fn recharge_by(&mut self, pin: &Pin<N>, before: usize, after: usize) {
-        if let Some(&slot) = self.index.get(&pin.id()) {
-            let e = self.slots[slot].as_mut().expect("indexed slot is occupied");
-            e.charge = e.charge - before + after;
-            self.resident = self.resident - before + after;
-            debug_assert_eq!(e.charge, pin.read().charge(), "node {}", pin.id());
-        }
-    }
-
-    /// Drop node `id` from the pool and the table.
-    pub fn free(&mut self, id: NodeId) {
-        self.touched(id);
-        if let Some(slot) = self.index.remove(&id) {
-            let e = self.slots[slot].take().expect("indexed slot is occupied");
-            self.resident -= e.charge;
-            self.free_slots.push(slot);
-        }
-        self.pager.free(id);
-    }
-
-    fn seal(cell: &NodeCell<N>) -> Sealed {
-        cell.node
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .seal(cell.id)
-    }
-
-    /// If a checkpoint placed this clean node's block and has not written it yet, write it now
-    /// (the checkpoint's thread may write the same bytes too), so that it can be read back.
-    /// The block is let go only once written: after a failed write the node stays in memory
-    /// until a later eviction writes it.
-    fn write_placed(&self, cell: &NodeCell<N>) -> Result<()> {
-        let mut placed = cell.placed.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(block) = placed.upgrade() {
-            block.write_to(&**self.pager.device())?;
-        }
-        *placed = Weak::new();
-        Ok(())
-    }
-
-    fn write_back(&mut self, cell: &NodeCell<N>) -> Result<()> {
-        self.pager.write_sealed(cell.id, Self::seal(cell))?;
+    fn write_back(&mut self, pager: &mut Pager, cell: &NodeCell<N>) -> Result<()> {
+        pager.write_sealed(cell.id, seal(cell))?;
         cell.dirty.store(false, Ordering::Relaxed);
         self.stats.writebacks += 1;
         self.stats.writeback_ios += 1;
@@ -410,7 +543,7 @@ impl<N: StoredNode> NodeStore<N> {
 
     /// Write back the dirty victim in `slot` with the dirty, unpinned, unreferenced nodes the
     /// hand reaches next (a quarter turn at most), up to `writeback_batch` bytes of charge.
-    fn write_back_batch(&mut self, slot: usize) -> Result<()> {
+    fn write_back_batch(&mut self, pager: &mut Pager, slot: usize) -> Result<()> {
         let n = self.slots.len();
         let mut cells = Vec::new();
         let mut charge = 0;
@@ -430,44 +563,21 @@ impl<N: StoredNode> NodeStore<N> {
                 cells.push(e.cell.clone());
             }
         }
-        let sealed = cells.into_iter().map(Self::seal_keyed).collect();
-        let (nodes, ios) = self.write_in_order(sealed)?;
+        let sealed = cells.into_iter().map(seal_keyed).collect();
+        let (nodes, ios) = write_in_order(pager, sealed)?;
         self.stats.writebacks += nodes;
         self.stats.writeback_ios += ios;
         Ok(())
     }
 
-    /// A dirty node sealed for writing, with its place in the key order.
-    fn seal_keyed(cell: Arc<NodeCell<N>>) -> Keyed<N> {
-        let mut node = cell.node.write().unwrap_or_else(|e| e.into_inner());
-        let sealed = node.seal(cell.id);
-        let key = node.order_key();
-        drop(node);
-        Keyed { key, cell, sealed }
-    }
-
-    /// Write sealed nodes in key order as runs of adjacent blocks and mark them clean:
-    /// (nodes, writes). On an error none is marked clean (a node written before the error is
-    /// written again later, to another fresh extent).
-    fn write_in_order(&mut self, mut batch: Vec<Keyed<N>>) -> Result<(u64, u64)> {
-        batch.sort_unstable_by(|a, b| (&a.key, a.cell.id).cmp(&(&b.key, b.cell.id)));
-        let nodes = batch.len() as u64;
-        let (cells, blocks): (Vec<_>, Vec<_>) = batch
-            .into_iter()
-            .map(|k| {
-                let id = k.cell.id;
-                (k.cell, (id, k.sealed))
-            })
-            .unzip();
-        let ios = self.pager.write_sealed_run(blocks)?;
-        for c in cells {
-            c.dirty.store(false, Ordering::Relaxed);
-        }
-        Ok((nodes, ios as u64))
-    }
-
-    /// Evict unpinned nodes, CLOCK order, until the residency is within budget.
-    pub fn evict_to_budget(&mut self) -> Result<()> {
+    /// Evict unpinned nodes, CLOCK order, until the residency is within budget; with
+    /// `Io::CleanOnly`, only until the hand reaches a dirty victim (the budget may then not be
+    /// reached).
+    ///
+    /// A node is unpinned when the pool holds its only reference. Pins are taken only from
+    /// the index, under the pool's lock, which this holds: so no one can pin a victim, or hold
+    /// its node's lock, while it is shed or written here.
+    fn evict(&mut self, mut io: Io<'_>) -> Result<()> {
         let n = self.slots.len();
         let mut steps = 0;
         // Three turns of the hand: clear reference bits, shed partitions, evict whole nodes.
@@ -487,7 +597,7 @@ impl<N: StoredNode> NodeStore<N> {
             }
             let cell = e.cell.clone();
             if !cell.dirty.load(Ordering::Relaxed) {
-                self.write_placed(&cell)?;
+                write_placed(io.pager(), &cell)?;
                 // Partial eviction first: a clean node gives up its partitions and keeps its
                 // header for another round of the clock.
                 let mut node = cell.node.write().unwrap_or_else(|e| e.into_inner());
@@ -502,10 +612,17 @@ impl<N: StoredNode> NodeStore<N> {
                 }
             }
             if cell.dirty.load(Ordering::Relaxed) {
-                if self.writeback_batch > 0 {
-                    self.write_back_batch(slot)?;
-                } else {
-                    self.write_back(&cell)?;
+                match &mut io {
+                    // The hand stays on it: the writer's next eviction writes it back, so the
+                    // victims are the ones CLOCK picks, whoever evicts.
+                    Io::CleanOnly(_) => {
+                        self.hand = (slot + n - 1) % n;
+                        break;
+                    }
+                    Io::Any(pager) if self.writeback_batch > 0 => {
+                        self.write_back_batch(pager, slot)?
+                    }
+                    Io::Any(pager) => self.write_back(pager, &cell)?,
                 }
             }
             let e = self.slots[slot].take().expect("slot checked above");
@@ -517,47 +634,55 @@ impl<N: StoredNode> NodeStore<N> {
         self.stats.peak_bytes = self.stats.peak_bytes.max(self.resident as u64);
         Ok(())
     }
+}
 
-    /// Start a checkpoint: seal every dirty node and write the table. A node whose block shares
-    /// its bytes with the node (the Bε-tree's basements) is only placed: the returned commit
-    /// writes it when made durable, possibly on another thread (and eviction writes it first if
-    /// the node leaves memory before that). Other nodes are written now.
-    pub fn begin_checkpoint(&mut self, wal_seq: u64, engine_meta: Vec<u8>) -> Result<Commit> {
-        let dirty: Vec<Arc<NodeCell<N>>> = self
-            .slots
-            .iter()
-            .flatten()
-            .filter(|e| e.cell.dirty.load(Ordering::Relaxed))
-            .map(|e| e.cell.clone())
-            .collect();
-        let mut later = Vec::new();
-        let mut now = Vec::new();
-        for cell in dirty {
-            let k = Self::seal_keyed(cell);
-            if k.sealed.shares() {
-                let cell = k.cell;
-                let block = Arc::new(self.pager.place_sealed(cell.id, k.sealed));
-                *cell.placed.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&block);
-                later.push(block);
-                cell.dirty.store(false, Ordering::Relaxed);
-            } else {
-                now.push(k);
-            }
-        }
-        let (nodes, ios) = self.write_in_order(now)?;
-        self.stats.checkpoint_nodes += nodes;
-        self.stats.checkpoint_ios += ios;
-        self.pager.begin_commit(wal_seq, engine_meta, later)
-    }
+fn seal<N: StoredNode>(cell: &NodeCell<N>) -> Sealed {
+    cell.node
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .seal(cell.id)
+}
 
-    pub fn dirty_bytes(&self) -> usize {
-        self.slots
-            .iter()
-            .flatten()
-            .filter(|e| e.cell.dirty.load(Ordering::Relaxed))
-            .map(|e| e.charge)
-            .sum()
+/// A dirty node sealed for writing, with its place in the key order.
+fn seal_keyed<N: StoredNode>(cell: Arc<NodeCell<N>>) -> Keyed<N> {
+    let mut node = cell.node.write().unwrap_or_else(|e| e.into_inner());
+    let sealed = node.seal(cell.id);
+    let key = node.order_key();
+    drop(node);
+    Keyed { key, cell, sealed }
+}
+
+/// If a checkpoint placed this clean node's block and has not written it yet, write it now
+/// (the checkpoint's thread may write the same bytes too), so that it can be read back. The
+/// block is let go only once written: after a failed write the node stays in memory until a
+/// later eviction writes it.
+fn write_placed<N>(pager: &Pager, cell: &NodeCell<N>) -> Result<()> {
+    let mut placed = cell.placed.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(block) = placed.upgrade() {
+        block.write_to(&**pager.device())?;
     }
+    *placed = Weak::new();
+    Ok(())
+}
+
+/// Write sealed nodes in key order as runs of adjacent blocks and mark them clean: (nodes,
+/// writes). On an error none is marked clean (a node written before the error is written
+/// again later, to another fresh extent).
+fn write_in_order<N>(pager: &mut Pager, mut batch: Vec<Keyed<N>>) -> Result<(u64, u64)> {
+    batch.sort_unstable_by(|a, b| (&a.key, a.cell.id).cmp(&(&b.key, b.cell.id)));
+    let nodes = batch.len() as u64;
+    let (cells, blocks): (Vec<_>, Vec<_>) = batch
+        .into_iter()
+        .map(|k| {
+            let id = k.cell.id;
+            (k.cell, (id, k.sealed))
+        })
+        .unzip();
+    let ios = pager.write_sealed_run(blocks)?;
+    for c in cells {
+        c.dirty.store(false, Ordering::Relaxed);
+    }
+    Ok((nodes, ios as u64))
 }
 
 #[cfg(test)]

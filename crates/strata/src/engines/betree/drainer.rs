@@ -63,6 +63,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -83,7 +84,9 @@ const QUEUED_SHARE: usize = 2;
 /// The thread and the drains handed to it.
 pub(super) struct Drainer {
     to: Sender<Task>,
-    from: Receiver<Done>,
+    /// Behind a lock only so that the tree can be shared by readers (`Sync`); the writer,
+    /// holding the tree alone, takes it without waiting (`Mutex::get_mut`).
+    from: Mutex<Receiver<Done>>,
     thread: Option<JoinHandle<()>>,
     /// Per leaf handed over, what its drain took.
     queued: HashMap<NodeId, Job>,
@@ -284,7 +287,7 @@ impl Drainer {
             .map_err(|e| Error::io("start a drain thread", e))?;
         Ok(Drainer {
             to,
-            from,
+            from: Mutex::new(from),
             thread: Some(thread),
             queued: HashMap::new(),
             ready: Vec::new(),
@@ -295,9 +298,13 @@ impl Drainer {
         })
     }
 
+    fn results(&mut self) -> &mut Receiver<Done> {
+        self.from.get_mut().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The next result, waiting for it; a thread that stopped without one panicked.
     fn recv(&mut self) -> Done {
-        match self.from.recv() {
+        match self.results().recv() {
             Ok(d) => d,
             Err(_) => self.panicked(),
         }
@@ -578,7 +585,7 @@ impl BeTree {
                 Some(r) => r,
                 None if d.queued.is_empty() => return Ok(()),
                 None if wait => d.recv(),
-                None => match d.from.try_recv() {
+                None => match d.results().try_recv() {
                     Ok(r) => r,
                     Err(_) => return Ok(()),
                 },

@@ -56,13 +56,13 @@ use basement::{Basement, ValRef};
 use node::{read_part, read_whole, Block, Internal, Leaf, Part, Run, RunRef};
 
 use crate::engine::salvage::{Damage, Effect, Sink};
-use crate::engine::{apply_each, CheckReport, Engine, EngineStats, MAX_HEIGHT};
+use crate::engine::{apply_each, CheckReport, Engine, EngineStats, SharedReads, MAX_HEIGHT};
 use crate::error::{Error, Result};
 use crate::kv::{
     free_blob, head, merge_operator, next_cursor, read_value, require_merge, shortest_separator,
     within, write_blob, Filter, Keys, MergeOperator, Op, Val,
 };
-use crate::storage::{Checkpoint, Commit, Device, NodeId, NodeStore, Pager, Pin};
+use crate::storage::{Checkpoint, Commit, Device, NodeId, NodeStore, Pager, Pin, StoredNode};
 
 /// The first byte of the engine metadata in the superblock.
 pub const ENGINE_TAG: u8 = 2;
@@ -221,39 +221,51 @@ impl BeTree {
     // ---- partitions and values -------------------------------------------------------------
 
     /// Make partition i of a pinned node resident, decoded.
-    fn load_part(&mut self, pin: &Pin<Block>, i: usize) -> Result<()> {
+    fn load_part(&self, pin: &Pin<Block>, i: usize) -> Result<()> {
         self.fetch_part(pin, i, true)
     }
 
     /// Make partition i of a pinned node resident: decoded if `decode`, else a segment may
-    /// stay raw (a point query walks it in place).
-    fn fetch_part(&mut self, pin: &Pin<Block>, i: usize, decode: bool) -> Result<()> {
-        let (loc, before) = {
+    /// stay raw (a point query walks it in place). Readers sharing the tree may fetch the
+    /// same partition at once: the read is made without the node's lock, and whoever takes
+    /// the lock second finds the partition there and installs nothing (the charge moves
+    /// once).
+    fn fetch_part(&self, pin: &Pin<Block>, i: usize, decode: bool) -> Result<()> {
+        let there = |g: &Block| g.loaded(i) || (!decode && g.present(i));
+        let loc = {
             let g = pin.read();
-            if g.loaded(i) || (!decode && g.present(i)) {
+            if there(&g) {
                 return Ok(());
             }
-            let loc = g.loc(i).expect("an unloaded partition is on disk");
-            (loc, g.part_charge(i))
+            g.loc(i).expect("an unloaded partition is on disk")
         };
-        let decoded = pin.write().decode_raw(i);
-        let installed = match decoded {
-            Ok(true) => Ok(()),
-            Err(what) => Err(what),
-            Ok(false) => {
-                let bytes = read_part(self.store.pager(), pin.id(), i, loc)?;
-                let mut g = pin.write();
-                if decode {
-                    g.install(i, &bytes)
-                } else {
-                    g.install_raw(i, &bytes)
-                }
-            }
+        let bytes = if pin.read().present(i) {
+            None
+        } else {
+            Some(read_part(self.store.pager(), pin.id(), i, loc)?)
         };
-        if installed.is_err() {
-            // A raw segment that failed to decode is gone: the node shrank.
-            self.store.recharge(pin);
+        let mut g = pin.write();
+        if there(&g) {
+            return Ok(());
         }
+        let before = g.part_charge(i);
+        let installed = match (g.decode_raw(i), bytes) {
+            (Ok(true), _) => Ok(()),
+            (Err(what), _) => Err(what),
+            (Ok(false), Some(bytes)) if decode => g.install(i, &bytes),
+            (Ok(false), Some(bytes)) => g.install_raw(i, &bytes),
+            // Held raw when looked at, gone since: a shed is the pool's, which cannot run on
+            // a pinned node.
+            (Ok(false), None) => unreachable!("a raw partition left a pinned node"),
+        };
+        // A raw segment that failed to decode is gone: the node shrank.
+        let after = g.part_charge(i);
+        self.store.recharge_by(pin, before, after);
+        debug_assert_eq!(
+            self.store.charge_of(pin.id()),
+            Some(StoredNode::charge(&*g))
+        );
+        drop(g);
         installed.map_err(|what| {
             let at = self.store.pager().offset_of(pin.id()) + loc.off as u64;
             Error::corruption(
@@ -261,10 +273,7 @@ impl BeTree {
                 at,
                 format!("node {}: {what}", pin.id()),
             )
-        })?;
-        let after = pin.read().part_charge(i);
-        self.store.recharge_by(pin, before, after);
-        Ok(())
+        })
     }
 
     /// Make every partition resident and decoded (required before a node is changed): raw
@@ -360,28 +369,7 @@ impl Engine for BeTree {
     }
 
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let (leaf, _, _, mut msgs) =
-            self.descend(Bound::Included(key), false, false, Some(key), |seg, out| {
-                out.extend(seg.lookup(key).cloned())
-            })?;
-        msgs.sort_by_key(|m| m.seq);
-        let refs: Vec<&Msg> = msgs.iter().collect();
-        // A put or a delete above the leaf settles the value: the descent stopped there.
-        let Some(leaf) = leaf else {
-            return self.resolve(key, None, &refs);
-        };
-        let i = match &*leaf.read() {
-            Block::Leaf(l) => l.basement_for(key),
-            _ => unreachable!("descent ends at a leaf"),
-        };
-        self.load_part(&leaf, i)?;
-        let g = leaf.read();
-        let Block::Leaf(l) = &*g else {
-            unreachable!("descent ends at a leaf")
-        };
-        let b = l.bases[i].get();
-        let base = b.search(key).ok().map(|j| b.val(j));
-        self.resolve(key, base, &refs)
+        self.get_shared(key)
     }
 
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -469,77 +457,11 @@ impl Engine for BeTree {
         limit: usize,
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<()> {
-        let inside = |k: &[u8]| within(k, lo, hi);
-        let mut cursor: Bound<Vec<u8>> = if reverse { hi } else { lo }.map(|k| k.to_vec());
-        let mut taken = 0;
-        loop {
-            let at = cursor.as_ref().map(|k| k.as_slice());
-            let (leaf, lf, hf, msgs) = self.descend(at, reverse, true, None, |seg, out| {
-                out.extend(seg.points().iter().chain(seg.ranges()).cloned())
-            })?;
-            let leaf = leaf.expect("a scan's descent ends at a leaf");
-            let in_leaf =
-                |k: &[u8]| lf.as_deref().is_none_or(|l| k >= l) && before(k, hf.as_deref());
-            let beyond_cursor = |k: &[u8]| match (&cursor, reverse) {
-                (Bound::Unbounded, _) => true,
-                (Bound::Included(c), false) => k >= c.as_slice(),
-                (Bound::Excluded(c), false) => k > c.as_slice(),
-                (Bound::Included(c), true) => k <= c.as_slice(),
-                (Bound::Excluded(c), true) => k < c.as_slice(),
-            };
-            let wanted = |k: &[u8]| in_leaf(k) && inside(k) && beyond_cursor(k);
-            let n = leaf.read().parts();
-            for i in 0..n {
-                self.load_part(&leaf, i)?;
-            }
-            // Base entries and the messages for them, key by key.
-            let mut keys: BTreeMap<Vec<u8>, (Option<Val>, Vec<&Msg>)> = BTreeMap::new();
-            if let Block::Leaf(l) = &*leaf.read() {
-                for b in &l.bases {
-                    let b = b.get();
-                    for (k, v) in b.iter() {
-                        if wanted(k) {
-                            keys.insert(k.to_vec(), (Some(v.to_val()), Vec::new()));
-                        }
-                    }
-                }
-            }
-            let mut ranges = Vec::new();
-            for m in &msgs {
-                if matches!(m.body, Body::DeleteRange(_)) {
-                    ranges.push(m);
-                } else if wanted(&m.key) {
-                    keys.entry(m.key.clone())
-                        .or_insert((None, Vec::new()))
-                        .1
-                        .push(m);
-                }
-            }
-            let mut page = Vec::new();
-            let ordered: Box<dyn Iterator<Item = _>> = if reverse {
-                Box::new(keys.into_iter().rev())
-            } else {
-                Box::new(keys.into_iter())
-            };
-            for (k, (base, mut events)) in ordered {
-                if taken + page.len() == limit {
-                    break;
-                }
-                events.extend(ranges.iter().filter(|r| r.covers(&k)));
-                events.sort_by_key(|m| m.seq);
-                if let Some(v) = self.resolve(&k, base.as_ref().map(ValRef::from), &events)? {
-                    page.push((k, v));
-                }
-            }
-            drop(leaf);
-            taken += page.len();
-            out.extend(page);
-            let fence = if reverse { lf } else { hf };
-            match next_cursor(fence, lo, hi, reverse, taken >= limit) {
-                Some(next) => cursor = next,
-                None => return Ok(()),
-            }
-        }
+        self.scan_shared(lo, hi, reverse, limit, out)
+    }
+
+    fn shared(&self) -> Option<&dyn SharedReads> {
+        Some(self)
     }
 
     fn begin_checkpoint(&mut self, wal_seq: u64) -> Result<Commit> {

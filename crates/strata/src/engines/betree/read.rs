@@ -37,20 +37,22 @@ impl BeTree {
 
     /// Keep run k of child i's head in the resident internal node `pin` (`RunRef::dir`),
     /// charged to it. `run` must be that run, read from disk.
-    fn keep_run_head(&mut self, pin: &Pin<Block>, i: usize, k: usize, run: &Pin<Block>) {
+    fn keep_run_head(&self, pin: &Pin<Block>, i: usize, k: usize, run: &Pin<Block>) {
         let dir = match &*run.read() {
             Block::Run(r) if r.chunks.iter().all(|c| c.loc.is_some()) => Arc::new(r.head_only()),
             _ => return,
         };
-        let added = {
-            let g = pin.read();
-            let r = &internal(&g).runs[i][k];
-            if r.dir.set(RunDir::new(dir)).is_err() {
-                return;
-            }
-            r.dir_charge()
-        };
-        self.store.recharge_by(pin, 0, added);
+        // Under the node's write lock, as `fetch_part` charges partitions.
+        let g = pin.write();
+        let r = &internal(&g).runs[i][k];
+        if r.dir.set(RunDir::new(dir)).is_err() {
+            return;
+        }
+        self.store.recharge_by(pin, 0, r.dir_charge());
+        debug_assert_eq!(
+            self.store.charge_of(pin.id()),
+            Some(StoredNode::charge(&*g))
+        );
     }
 
     /// Descend toward `at` (a key, or a scan's cursor), letting `collect` take what it needs
@@ -65,7 +67,7 @@ impl BeTree {
     /// skips the older ones, and the levels below, leaf included; then there is no leaf.
     #[allow(clippy::type_complexity)]
     pub(super) fn descend(
-        &mut self,
+        &self,
         at: Bound<&[u8]>,
         reverse: bool,
         fences: bool,
@@ -80,7 +82,7 @@ impl BeTree {
         let (mut lo, mut hi): (Option<Vec<u8>>, Option<Vec<u8>>) = (None, None);
         let mut msgs = Vec::new();
         let hashed = probe.map(Filter::hash);
-        let mut pin = self.store.get(self.root)?;
+        let mut pin = self.store.get_shared(self.root)?;
         loop {
             let step = match &*pin.read() {
                 Block::Internal(n) => {
@@ -158,15 +160,15 @@ impl BeTree {
                 // a large run (`run_read_whole_max`) a point query reads the head only if its
                 // parent has not kept it yet, and then keeps it.
                 let run = match (probe, dir) {
-                    (Some(_), Some(dir)) => {
-                        self.store.get_or_make(id, || Block::Run(dir.head_only()))?
-                    }
+                    (Some(_), Some(dir)) => self
+                        .store
+                        .get_or_make_shared(id, || Block::Run(dir.head_only()))?,
                     (Some(_), None) if large => {
-                        let run = self.store.get_head(id)?;
+                        let run = self.store.get_head_shared(id)?;
                         self.keep_run_head(&pin, i, k, &run);
                         run
                     }
-                    _ => self.store.get(id)?,
+                    _ => self.store.get_shared(id)?,
                 };
                 let chunks = match (&*run.read(), probe) {
                     (Block::Run(r), Some(k)) => vec![r.chunk_for(k)],
@@ -186,7 +188,123 @@ impl BeTree {
             if settled(&msgs) {
                 return Ok((None, lo, hi, msgs));
             }
-            pin = self.store.get(child)?;
+            pin = self.store.get_shared(child)?;
+        }
+    }
+}
+
+/// A point query and a range page through `&self`: readers run side by side under `Db`'s
+/// shared lock. What they load goes into the pool through its lock (`NodeStore::get_shared`),
+/// partitions into their pinned nodes under the node's lock (`fetch_part`); nothing else of
+/// the tree changes on a read.
+impl SharedReads for BeTree {
+    fn over_budget(&self) -> bool {
+        self.store.over_budget()
+    }
+
+    fn get_shared(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let (leaf, _, _, mut msgs) =
+            self.descend(Bound::Included(key), false, false, Some(key), |seg, out| {
+                out.extend(seg.lookup(key).cloned())
+            })?;
+        msgs.sort_by_key(|m| m.seq);
+        let refs: Vec<&Msg> = msgs.iter().collect();
+        // A put or a delete above the leaf settles the value: the descent stopped there.
+        let Some(leaf) = leaf else {
+            return self.resolve(key, None, &refs);
+        };
+        let i = match &*leaf.read() {
+            Block::Leaf(l) => l.basement_for(key),
+            _ => unreachable!("descent ends at a leaf"),
+        };
+        self.load_part(&leaf, i)?;
+        let g = leaf.read();
+        let Block::Leaf(l) = &*g else {
+            unreachable!("descent ends at a leaf")
+        };
+        let b = l.bases[i].get();
+        let base = b.search(key).ok().map(|j| b.val(j));
+        self.resolve(key, base, &refs)
+    }
+
+    fn scan_shared(
+        &self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        reverse: bool,
+        limit: usize,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<()> {
+        let inside = |k: &[u8]| within(k, lo, hi);
+        let mut cursor: Bound<Vec<u8>> = if reverse { hi } else { lo }.map(|k| k.to_vec());
+        let mut taken = 0;
+        loop {
+            let at = cursor.as_ref().map(|k| k.as_slice());
+            let (leaf, lf, hf, msgs) = self.descend(at, reverse, true, None, |seg, out| {
+                out.extend(seg.points().iter().chain(seg.ranges()).cloned())
+            })?;
+            let leaf = leaf.expect("a scan's descent ends at a leaf");
+            let in_leaf =
+                |k: &[u8]| lf.as_deref().is_none_or(|l| k >= l) && before(k, hf.as_deref());
+            let beyond_cursor = |k: &[u8]| match (&cursor, reverse) {
+                (Bound::Unbounded, _) => true,
+                (Bound::Included(c), false) => k >= c.as_slice(),
+                (Bound::Excluded(c), false) => k > c.as_slice(),
+                (Bound::Included(c), true) => k <= c.as_slice(),
+                (Bound::Excluded(c), true) => k < c.as_slice(),
+            };
+            let wanted = |k: &[u8]| in_leaf(k) && inside(k) && beyond_cursor(k);
+            let n = leaf.read().parts();
+            for i in 0..n {
+                self.load_part(&leaf, i)?;
+            }
+            // Base entries and the messages for them, key by key.
+            let mut keys: BTreeMap<Vec<u8>, (Option<Val>, Vec<&Msg>)> = BTreeMap::new();
+            if let Block::Leaf(l) = &*leaf.read() {
+                for b in &l.bases {
+                    let b = b.get();
+                    for (k, v) in b.iter() {
+                        if wanted(k) {
+                            keys.insert(k.to_vec(), (Some(v.to_val()), Vec::new()));
+                        }
+                    }
+                }
+            }
+            let mut ranges = Vec::new();
+            for m in &msgs {
+                if matches!(m.body, Body::DeleteRange(_)) {
+                    ranges.push(m);
+                } else if wanted(&m.key) {
+                    keys.entry(m.key.clone())
+                        .or_insert((None, Vec::new()))
+                        .1
+                        .push(m);
+                }
+            }
+            let mut page = Vec::new();
+            let ordered: Box<dyn Iterator<Item = _>> = if reverse {
+                Box::new(keys.into_iter().rev())
+            } else {
+                Box::new(keys.into_iter())
+            };
+            for (k, (base, mut events)) in ordered {
+                if taken + page.len() == limit {
+                    break;
+                }
+                events.extend(ranges.iter().filter(|r| r.covers(&k)));
+                events.sort_by_key(|m| m.seq);
+                if let Some(v) = self.resolve(&k, base.as_ref().map(ValRef::from), &events)? {
+                    page.push((k, v));
+                }
+            }
+            drop(leaf);
+            taken += page.len();
+            out.extend(page);
+            let fence = if reverse { lf } else { hf };
+            match next_cursor(fence, lo, hi, reverse, taken >= limit) {
+                Some(next) => cursor = next,
+                None => return Ok(()),
+            }
         }
     }
 }

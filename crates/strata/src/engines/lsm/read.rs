@@ -16,7 +16,7 @@ use super::*;
 use crate::kv::merging::{next_group, resolve, Cursor};
 
 use crate::kv::{above_lo, below_hi};
-use crate::storage::Pin;
+use crate::storage::{Pin, StoredNode};
 
 /// What cursors read through: the pool, the memtable, and, for salvage, where damage goes
 /// (a cursor then records what it cannot read and goes on).
@@ -39,6 +39,10 @@ pub(super) fn load_block(
     pin.write().blocks[i].data = Some(raw.clone());
     // Charge the one block, not a re-count of every block in the table (a miss's cost).
     store.recharge_by(pin, 0, raw.len());
+    debug_assert_eq!(
+        store.charge_of(pin.id()),
+        Some(StoredNode::charge(&*pin.read()))
+    );
     Ok(raw)
 }
 

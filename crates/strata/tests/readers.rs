@@ -1,0 +1,256 @@
+//! Readers side by side: `Db::get` and range pages of the Bε-tree run under a shared lock
+//! (`SharedReads`), each loading what it misses without holding the pool's lock. These tests
+//! hold that readers really are inside the engine together (their device reads meet), that
+//! beside a writer they see whole batches and never go back in time, and that the memory
+//! budget still holds between calls.
+
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use strata::storage::{Device, Env, EnvLock, FileKind, SimEnv};
+use strata::{Db, Durability, Options, Result, WriteBatch};
+
+/// A data device that, once armed, holds every read until a second one is in flight (or a
+/// deadline passes): two readers meet there only if both are inside the engine at once.
+#[derive(Debug)]
+struct Meeting {
+    inner: Arc<dyn Device>,
+    armed: AtomicBool,
+    /// Reads that arrived while armed: the first waits for the second, later ones go on.
+    arrivals: Mutex<usize>,
+    arrived: Condvar,
+    /// Reads that met another, and reads that waited in vain.
+    met: AtomicU64,
+    alone: AtomicU64,
+}
+
+impl Meeting {
+    fn wait_for_company(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut n = self.arrivals.lock().unwrap();
+        *n += 1;
+        self.arrived.notify_all();
+        while *n < 2 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                self.alone.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            n = self.arrived.wait_timeout(n, left).unwrap().0;
+        }
+        self.met.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Device for Meeting {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        if self.armed.load(Ordering::Relaxed) {
+            self.wait_for_company();
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
+        self.inner.write_at(data, offset)
+    }
+    fn sync(&self) -> Result<()> {
+        self.inner.sync()
+    }
+    fn len(&self) -> Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+/// A simulated environment whose data file goes through a `Meeting`.
+#[derive(Debug)]
+struct MeetingEnv {
+    sim: SimEnv,
+    data: Mutex<Option<Arc<Meeting>>>,
+}
+
+impl Env for MeetingEnv {
+    fn location(&self) -> String {
+        self.sim.location()
+    }
+    fn lock(&self, name: &str, create: bool) -> Result<EnvLock> {
+        self.sim.lock(name, create)
+    }
+    fn open(&self, name: &str, kind: FileKind, create: bool) -> Result<Option<Arc<dyn Device>>> {
+        let Some(dev) = self.sim.open(name, kind, create)? else {
+            return Ok(None);
+        };
+        if kind != FileKind::Data {
+            return Ok(Some(dev));
+        }
+        let m = Arc::new(Meeting {
+            inner: dev,
+            armed: AtomicBool::new(false),
+            arrivals: Mutex::new(0),
+            arrived: Condvar::new(),
+            met: AtomicU64::new(0),
+            alone: AtomicU64::new(0),
+        });
+        *self.data.lock().unwrap() = Some(m.clone());
+        Ok(Some(m))
+    }
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("key{i:08}").into_bytes()
+}
+
+/// A Bε-tree of 20,000 keys on small nodes, reopened with a pool far smaller than it, so that
+/// reads miss.
+fn cold_betree(env: &dyn Env) -> Db {
+    let opts = || {
+        Options::default()
+            .betree(16 << 10, 8, 4 << 10)
+            .durability(Durability::None)
+    };
+    let db = Db::open_in(env, opts().cache_bytes(16 << 20)).unwrap();
+    for b in 0..20u64 {
+        let mut batch = WriteBatch::new();
+        for i in b * 1000..(b + 1) * 1000 {
+            batch.put(key(i), i.to_le_bytes());
+        }
+        db.write(batch).unwrap();
+    }
+    db.close().unwrap();
+    Db::open_in(env, opts().cache_bytes(64 << 10)).unwrap()
+}
+
+/// Two readers of keys that are not in memory are inside the engine at once: each one's device
+/// read waits for the other's. With reads taking the database alone, the first would wait its
+/// five seconds out, alone.
+#[test]
+fn two_readers_of_the_betree_read_the_device_at_once() {
+    let env = MeetingEnv {
+        sim: SimEnv::new(),
+        data: Mutex::new(None),
+    };
+    let db = cold_betree(&env);
+    let dev = env.data.lock().unwrap().clone().unwrap();
+    dev.armed.store(true, Ordering::Relaxed);
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let db = &db;
+            s.spawn(move || {
+                let k = 3_000 + 11_000 * t;
+                assert_eq!(db.get(key(k)).unwrap(), Some(k.to_le_bytes().to_vec()));
+            });
+        }
+    });
+    assert_eq!(dev.alone.load(Ordering::Relaxed), 0, "a reader read alone");
+    assert!(dev.met.load(Ordering::Relaxed) >= 2, "no two reads met");
+    let m = db.metrics();
+    assert!(m.engine.cache.resident_bytes <= m.engine.cache.budget_bytes);
+}
+
+/// Four readers beside a writer whose batch n sets every one of 16 keys to n. A reader sees a
+/// key's value never go down, a range page holds one batch's values throughout (a page is
+/// read whole under the shared lock), and after the writer's last batch every key has its
+/// value. Between calls the pool keeps to its budget, however the readers and the writer met.
+#[test]
+fn readers_beside_a_writer_see_whole_batches_in_order() {
+    let env = SimEnv::new();
+    let opts = Options::default()
+        .betree(16 << 10, 8, 4 << 10)
+        .cache_bytes(96 << 10)
+        .checkpoint_wal_bytes(256 << 10)
+        .durability(Durability::None);
+    let db = Db::open_in(&env, opts).unwrap();
+    // Other data around the 16 keys, so that the tree has levels and the pool is too small.
+    for b in 0..10u64 {
+        let mut batch = WriteBatch::new();
+        for i in b * 1000..(b + 1) * 1000 {
+            batch.put(key(i), [7u8; 40]);
+        }
+        db.write(batch).unwrap();
+    }
+    let hot: Vec<Vec<u8>> = (0..16u64)
+        .map(|i| format!("hot{i:02}").into_bytes())
+        .collect();
+    let mut batch = WriteBatch::new();
+    for k in &hot {
+        batch.put(k, 0u64.to_le_bytes());
+    }
+    db.write(batch).unwrap();
+    let batches = 2_000u64;
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for n in 1..=batches {
+                let mut batch = WriteBatch::new();
+                for k in &hot {
+                    batch.put(k, n.to_le_bytes());
+                }
+                // Cold keys too, so that writes dirty the pool and checkpoints come.
+                batch.put(key(n * 7 % 10_000), n.to_le_bytes());
+                db.write(batch).unwrap();
+            }
+            done.store(true, Ordering::Release);
+        });
+        for r in 0..4u64 {
+            let (db, hot, done) = (&db, &hot, &done);
+            s.spawn(move || {
+                let mut seen = vec![0u64; hot.len()];
+                let mut rng = r + 1;
+                let mut rounds = 0u64;
+                while !done.load(Ordering::Acquire) || rounds < 50 {
+                    rounds += 1;
+                    rng = rng
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let i = (rng >> 33) as usize % hot.len();
+                    let v =
+                        u64::from_le_bytes(db.get(&hot[i]).unwrap().unwrap().try_into().unwrap());
+                    assert!(
+                        v >= seen[i],
+                        "reader {r}: key {i} went from {} to {v}",
+                        seen[i]
+                    );
+                    seen[i] = v;
+                    // A cold read, to make the readers load and evict.
+                    let c = (rng >> 20) % 10_000;
+                    assert!(db.get(key(c)).unwrap().is_some(), "reader {r}: key {c}");
+                    if rounds.is_multiple_of(8) {
+                        let page: Vec<(Vec<u8>, Vec<u8>)> = db
+                            .range::<&[u8], _>((
+                                Bound::Included(b"hot".as_slice()),
+                                Bound::Excluded(b"hou".as_slice()),
+                            ))
+                            .unwrap()
+                            .map(|e| e.unwrap())
+                            .collect();
+                        assert_eq!(page.len(), hot.len(), "reader {r}");
+                        assert!(
+                            page.windows(2).all(|w| w[0].1 == w[1].1),
+                            "reader {r}: a page mixes batches"
+                        );
+                    }
+                }
+            });
+        }
+    });
+    for k in &hot {
+        assert_eq!(db.get(k).unwrap(), Some(batches.to_le_bytes().to_vec()));
+    }
+    let m = db.metrics();
+    assert!(
+        m.engine.cache.resident_bytes <= m.engine.cache.budget_bytes,
+        "{:?}",
+        m.engine.cache
+    );
+    assert!(
+        m.engine.checkpoints > 0,
+        "checkpoints came during the reads"
+    );
+    db.close().unwrap();
+}
