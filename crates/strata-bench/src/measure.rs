@@ -223,6 +223,19 @@ impl Latencies {
         self.0.push(ns);
     }
 
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Take another's samples too.
+    pub fn extend(&mut self, other: Latencies) {
+        self.0.extend(other.0);
+    }
+
     /// The q-quantile (0 ≤ q ≤ 1) in microseconds, nearest-rank; 0 with no samples.
     pub fn quantile_us(&mut self, q: f64) -> f64 {
         if self.0.is_empty() {

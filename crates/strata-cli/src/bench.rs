@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
-use strata_bench::{seed001, versioned};
+use strata_bench::{readers, seed001, versioned};
 
 use crate::report::print_json;
 use crate::sizes::{human, parse_size, SIZE_HELP};
@@ -31,6 +31,15 @@ pub enum Experiment {
     /// IO per put and per element beside seed 003's Table 1, and the space used against the
     /// live data before and after deleting half of the leaves.
     Versioned(VersionedArgs),
+    /// Point reads of one database from several threads at once, alone or beside a writer
+    ///
+    /// Loads --records random 16-byte keys with 100-byte values, reopens the database with
+    /// --cache of memory, then for each count of --threads reads random keys from that many
+    /// threads for --seconds (beside one writer of batches of 100, with --writer). Prints
+    /// reads/s of all readers together, their median and 99th-percentile latency and the
+    /// device reads per read. The default engine's readers share the database; the B+-tree's
+    /// (--btree) take it one at a time.
+    Readers(ReadersArgs),
     #[command(hide = true)]
     Worker(crate::compare::WorkerArgs),
 }
@@ -101,6 +110,121 @@ pub struct VersionedArgs {
     /// Print the report as JSON
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+#[command(after_help = SIZE_HELP)]
+pub struct ReadersArgs {
+    /// Records to load
+    #[arg(long, value_name = "N", default_value_t = 1_000_000)]
+    records: u64,
+    /// Memory of the database
+    #[arg(long, value_name = "SIZE", default_value = "32MiB", value_parser = parse_size)]
+    cache: u64,
+    /// Reader threads at each point, comma-separated
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "N,…",
+        default_value = "1,2,4"
+    )]
+    threads: Vec<usize>,
+    /// Seconds each point runs
+    #[arg(long, value_name = "S", default_value_t = 3.0)]
+    seconds: f64,
+    /// One writer of batches of 100 random records beside the readers
+    #[arg(long)]
+    writer: bool,
+    /// The B+-tree (4 KiB nodes) instead of the default engine
+    #[arg(long)]
+    btree: bool,
+    /// Read through the OS page cache instead of with O_DIRECT
+    #[arg(long)]
+    buffered: bool,
+    /// Scratch directory for the database (default: under the system's temp directory)
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Print the report as JSON
+    #[arg(long)]
+    json: bool,
+}
+
+fn readers_cmd(a: ReadersArgs) -> Result<ExitCode, Failure> {
+    if !(a.seconds > 0.0 && a.seconds.is_finite()) {
+        return Err(Failure::Invalid("--seconds must be positive".into()));
+    }
+    let cfg = readers::Config {
+        records: a.records,
+        cache_bytes: a.cache,
+        threads: a.threads.clone(),
+        seconds: a.seconds,
+        writer: a.writer,
+        btree: a.btree,
+        direct_io: !a.buffered,
+    };
+    let dir = a
+        .dir
+        .clone()
+        .unwrap_or_else(|| crate::compare::scratch_dir("readers"));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Failure::Invalid(format!("creating {}: {e}", dir.display())))?;
+    let quiet = a.json;
+    let outcome = readers::run(&cfg, &dir, |stage| {
+        if !quiet {
+            eprintln!("  {stage}");
+        }
+    });
+    if a.dir.is_none() {
+        // Only a directory this command chose is removed whole.
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let report = outcome.map_err(|e| Failure::Invalid(e.to_string()))?;
+    if a.json {
+        return print_json(&report).map(|_| ExitCode::SUCCESS);
+    }
+    std::io::stdout()
+        .lock()
+        .write_all(render_readers(&report).as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The readers report as a text table.
+fn render_readers(r: &readers::Report) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{}: {} records ({} on disk), {} of memory{}",
+        r.engine,
+        r.records,
+        human(r.data_bytes),
+        human(r.cache_bytes),
+        if r.writer {
+            ", one writer beside the readers"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        out,
+        "{:>7} {:>11} {:>7} {:>9} {:>9} {:>12} {:>12}",
+        "readers", "reads/s", "× 1", "p50 µs", "p99 µs", "dev. reads", "writes/s"
+    );
+    let one = r.points.first().map_or(1.0, |p| p.reads_per_s);
+    for p in &r.points {
+        let _ = writeln!(
+            out,
+            "{:>7} {:>11.0} {:>7.2} {:>9.1} {:>9.1} {:>12.2} {:>12.0}",
+            p.threads,
+            p.reads_per_s,
+            p.reads_per_s / one,
+            p.p50_us,
+            p.p99_us,
+            p.device_reads_per_read,
+            p.writes_per_s
+        );
+    }
+    out
 }
 
 /// The experiment's configuration from the arguments.
@@ -191,6 +315,7 @@ pub fn run(e: Experiment) -> Result<ExitCode, Failure> {
     match e {
         Experiment::Seed001(a) => seed001_cmd(a),
         Experiment::Versioned(a) => versioned_cmd(a),
+        Experiment::Readers(a) => readers_cmd(a),
         Experiment::Sweep(a) => crate::sweep::run(a),
         Experiment::Rum(a) => crate::compare::rum_cmd(a),
         Experiment::Worker(a) => crate::compare::worker(a),
