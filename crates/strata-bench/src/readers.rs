@@ -1,7 +1,7 @@
 //! Readers side by side: point reads of one strata database from 1, 2, 4 … threads at once,
-//! and the same beside a writer. The default engine (the Bε-tree) reads under a shared lock
-//! (`SharedReads`), so readers overlap their device reads and their CPU; engines that read
-//! alone (the B+-tree here) show what that lock costs.
+//! and the same beside a writer. The Bε-tree (the default) and the B+-tree read under a
+//! shared lock (`SharedReads`), so readers overlap their device reads and their CPU; the
+//! LSM-tree reads alone and shows what that lock costs.
 //!
 //! The database is loaded (random 16-byte keys, 100-byte values, batches of 1,000), closed and
 //! reopened with the cache asked for, so that every setting starts from the same files. Each
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use strata::{Db, Durability, Options, WriteBatch};
+use strata::{Db, Durability, LsmConfig, Options, WriteBatch};
 
 use crate::gen::{Order, Records, Rng};
 use crate::measure::Latencies;
@@ -30,9 +30,28 @@ pub struct Config {
     pub seconds: f64,
     /// One writer beside the readers at every point.
     pub writer: bool,
-    /// The B+-tree (whose reads take the database alone) instead of the default engine.
-    pub btree: bool,
+    pub engine: Engine,
     pub direct_io: bool,
+}
+
+/// Which of strata's engines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    BeTree,
+    /// 4 KiB nodes.
+    BTree,
+    /// The default configuration (leveled).
+    Lsm,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::BeTree => "strata-betree",
+            Engine::BTree => "strata-btree",
+            Engine::Lsm => "strata-lsm",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -66,10 +85,10 @@ fn options(cfg: &Config) -> Options {
         .durability(Durability::None)
         .expected_keys(cfg.records)
         .direct_io(cfg.direct_io);
-    if cfg.btree {
-        opts.btree(4 << 10)
-    } else {
-        opts
+    match cfg.engine {
+        Engine::BeTree => opts,
+        Engine::BTree => opts.btree(4 << 10),
+        Engine::Lsm => opts.lsm(LsmConfig::default()),
     }
 }
 
@@ -92,12 +111,7 @@ pub fn run(cfg: &Config, dir: &Path, progress: impl Fn(&str)) -> Result<Report> 
     }
     db.close()?;
     let mut report = Report {
-        engine: if cfg.btree {
-            "strata-btree"
-        } else {
-            "strata-betree"
-        }
-        .into(),
+        engine: cfg.engine.name().into(),
         records: cfg.records,
         cache_bytes: cfg.cache_bytes,
         data_bytes: 0,
@@ -198,7 +212,7 @@ mod tests {
             threads,
             seconds: 0.05,
             writer,
-            btree: false,
+            engine: Engine::BeTree,
             direct_io: false,
         }
     }

@@ -37,8 +37,8 @@ pub enum Experiment {
     /// --cache of memory, then for each count of --threads reads random keys from that many
     /// threads for --seconds (beside one writer of batches of 100, with --writer). Prints
     /// reads/s of all readers together, their median and 99th-percentile latency and the
-    /// device reads per read. The default engine's readers share the database; the B+-tree's
-    /// (--btree) take it one at a time.
+    /// device reads per read. The Bε-tree's and the B+-tree's readers share the database; the
+    /// LSM-tree's take it one at a time.
     Readers(ReadersArgs),
     #[command(hide = true)]
     Worker(crate::compare::WorkerArgs),
@@ -135,9 +135,9 @@ pub struct ReadersArgs {
     /// One writer of batches of 100 random records beside the readers
     #[arg(long)]
     writer: bool,
-    /// The B+-tree (4 KiB nodes) instead of the default engine
-    #[arg(long)]
-    btree: bool,
+    /// Engine: betree (the default engine), btree (4 KiB nodes) or lsm
+    #[arg(long, value_name = "ENGINE", default_value = "betree")]
+    engine: String,
     /// Read through the OS page cache instead of with O_DIRECT
     #[arg(long)]
     buffered: bool,
@@ -153,13 +153,23 @@ fn readers_cmd(a: ReadersArgs) -> Result<ExitCode, Failure> {
     if !(a.seconds > 0.0 && a.seconds.is_finite()) {
         return Err(Failure::Invalid("--seconds must be positive".into()));
     }
+    let engine = match a.engine.as_str() {
+        "betree" => readers::Engine::BeTree,
+        "btree" => readers::Engine::BTree,
+        "lsm" => readers::Engine::Lsm,
+        other => {
+            return Err(Failure::Invalid(format!(
+                "no engine {other:?}: the engines are betree, btree and lsm"
+            )))
+        }
+    };
     let cfg = readers::Config {
         records: a.records,
         cache_bytes: a.cache,
         threads: a.threads.clone(),
         seconds: a.seconds,
         writer: a.writer,
-        btree: a.btree,
+        engine,
         direct_io: !a.buffered,
     };
     let dir = a

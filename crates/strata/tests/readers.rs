@@ -1,5 +1,5 @@
-//! Readers side by side: `Db::get` and range pages of the Bε-tree run under a shared lock
-//! (`SharedReads`), each loading what it misses without holding the pool's lock. These tests
+//! Readers side by side: `Db::get` and range pages of the Bε-tree and the B+-tree run under a
+//! shared lock (`SharedReads`), each loading what it misses without holding the pool's lock. These tests
 //! hold that readers really are inside the engine together (their device reads meet), that
 //! beside a writer they see whole batches and never go back in time, and that the memory
 //! budget still holds between calls.
@@ -106,14 +106,10 @@ fn key(i: u64) -> Vec<u8> {
     format!("key{i:08}").into_bytes()
 }
 
-/// A Bε-tree of 20,000 keys on small nodes, reopened with a pool far smaller than it, so that
-/// reads miss.
-fn cold_betree(env: &dyn Env) -> Db {
-    let opts = || {
-        Options::default()
-            .betree(16 << 10, 8, 4 << 10)
-            .durability(Durability::None)
-    };
+/// A tree of 20,000 keys on small nodes (`engine` sets which), reopened with a pool far
+/// smaller than it, so that reads miss.
+fn cold_tree(env: &dyn Env, engine: fn(Options) -> Options) -> Db {
+    let opts = || engine(Options::default().durability(Durability::None));
     let db = Db::open_in(env, opts().cache_bytes(16 << 20)).unwrap();
     for b in 0..20u64 {
         let mut batch = WriteBatch::new();
@@ -129,13 +125,12 @@ fn cold_betree(env: &dyn Env) -> Db {
 /// Two readers of keys that are not in memory are inside the engine at once: each one's device
 /// read waits for the other's. With reads taking the database alone, the first would wait its
 /// five seconds out, alone.
-#[test]
-fn two_readers_of_the_betree_read_the_device_at_once() {
+fn two_readers_read_the_device_at_once(engine: fn(Options) -> Options) {
     let env = MeetingEnv {
         sim: SimEnv::new(),
         data: Mutex::new(None),
     };
-    let db = cold_betree(&env);
+    let db = cold_tree(&env, engine);
     let dev = env.data.lock().unwrap().clone().unwrap();
     dev.armed.store(true, Ordering::Relaxed);
     std::thread::scope(|s| {
@@ -151,6 +146,16 @@ fn two_readers_of_the_betree_read_the_device_at_once() {
     assert!(dev.met.load(Ordering::Relaxed) >= 2, "no two reads met");
     let m = db.metrics();
     assert!(m.engine.cache.resident_bytes <= m.engine.cache.budget_bytes);
+}
+
+#[test]
+fn two_readers_of_the_betree_read_the_device_at_once() {
+    two_readers_read_the_device_at_once(|o| o.betree(16 << 10, 8, 4 << 10));
+}
+
+#[test]
+fn two_readers_of_the_btree_read_the_device_at_once() {
+    two_readers_read_the_device_at_once(|o| o.btree(4 << 10));
 }
 
 /// Four readers beside a writer whose batch n sets every one of 16 keys to n. A reader sees a

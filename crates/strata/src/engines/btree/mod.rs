@@ -38,7 +38,7 @@ pub use node::{Internal, Leaf, Node};
 use node::{INTERNAL_FIXED, LEAF_FIXED};
 
 use crate::engine::salvage::{Damage, Sink};
-use crate::engine::{CheckReport, Engine, EngineStats, MAX_HEIGHT};
+use crate::engine::{CheckReport, Engine, EngineStats, SharedReads, MAX_HEIGHT};
 use crate::error::{Error, Result};
 use crate::kv::{
     above_lo, below_hi, free_blob, merge_operator, next_cursor, read_value, shortest_separator,
@@ -134,18 +134,7 @@ impl Engine for BTree {
     }
 
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let (leaf, _) = self.leaf_toward(Bound::Included(key), false)?;
-        let val = {
-            let g = leaf.read();
-            let Node::Leaf(l) = &*g else {
-                unreachable!("descent ends at a leaf")
-            };
-            match l.search(key) {
-                Ok(i) => l.vals[i].clone(),
-                Err(_) => return Ok(None),
-            }
-        };
-        self.read_val(&val).map(Some)
+        self.get_shared(key)
     }
 
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -238,56 +227,7 @@ impl Engine for BTree {
         limit: usize,
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<()> {
-        let mut cursor: Bound<Vec<u8>> = if reverse { hi } else { lo }.map(|k| k.to_vec());
-        let mut taken = 0;
-        loop {
-            let (leaf, fence) = self.leaf_toward(cursor.as_ref().map(|k| k.as_slice()), reverse)?;
-            let picked: Vec<(Vec<u8>, Val)> = {
-                let g = leaf.read();
-                let Node::Leaf(l) = &*g else {
-                    unreachable!("descent ends at a leaf")
-                };
-                // Entries before the cursor: those < k when k is included, <= k when excluded.
-                let pos = |k: &[u8], incl: bool| l.keys.rank(k, !incl);
-                let mut v = Vec::new();
-                if reverse {
-                    let end = match &cursor {
-                        Bound::Unbounded => l.keys.len(),
-                        Bound::Included(k) => pos(k, false),
-                        Bound::Excluded(k) => pos(k, true),
-                    };
-                    for i in (0..end).rev() {
-                        if !above_lo(l.keys.get(i), lo) || taken + v.len() == limit {
-                            break;
-                        }
-                        v.push((l.keys.get(i).to_vec(), l.vals[i].clone()));
-                    }
-                } else {
-                    let start = match &cursor {
-                        Bound::Unbounded => 0,
-                        Bound::Included(k) => pos(k, true),
-                        Bound::Excluded(k) => pos(k, false),
-                    };
-                    for i in start..l.keys.len() {
-                        if !below_hi(l.keys.get(i), hi) || taken + v.len() == limit {
-                            break;
-                        }
-                        v.push((l.keys.get(i).to_vec(), l.vals[i].clone()));
-                    }
-                }
-                v
-            };
-            drop(leaf);
-            taken += picked.len();
-            for (k, v) in picked {
-                let v = self.read_val(&v)?;
-                out.push((k, v));
-            }
-            match next_cursor(fence, lo, hi, reverse, taken >= limit) {
-                Some(next) => cursor = next,
-                None => return Ok(()),
-            }
-        }
+        self.scan_shared(lo, hi, reverse, limit, out)
     }
 
     fn begin_checkpoint(&mut self, wal_seq: u64) -> Result<Commit> {
@@ -301,6 +241,10 @@ impl Engine for BTree {
 
     fn settle(&mut self) -> Result<()> {
         self.store.evict_to_budget()
+    }
+
+    fn shared(&self) -> Option<&dyn SharedReads> {
+        Some(self)
     }
 
     fn relocate_tail(&mut self) -> Result<u64> {
