@@ -1,7 +1,6 @@
 //! Readers side by side: point reads of one strata database from 1, 2, 4 … threads at once,
-//! and the same beside a writer. The Bε-tree (the default) and the B+-tree read under a
-//! shared lock (`SharedReads`), so readers overlap their device reads and their CPU; the
-//! LSM-tree reads alone and shows what that lock costs.
+//! and the same beside a writer. Every engine of `Db` reads under a shared lock
+//! (`SharedReads`), so readers overlap their device reads and their CPU.
 //!
 //! The database is loaded (random 16-byte keys, 100-byte values, batches of 1,000), closed and
 //! reopened with the cache asked for, so that every setting starts from the same files. Each

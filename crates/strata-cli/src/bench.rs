@@ -37,8 +37,7 @@ pub enum Experiment {
     /// --cache of memory, then for each count of --threads reads random keys from that many
     /// threads for --seconds (beside one writer of batches of 100, with --writer). Prints
     /// reads/s of all readers together, their median and 99th-percentile latency and the
-    /// device reads per read. The Bε-tree's and the B+-tree's readers share the database; the
-    /// LSM-tree's take it one at a time.
+    /// device reads per read.
     Readers(ReadersArgs),
     #[command(hide = true)]
     Worker(crate::compare::WorkerArgs),

@@ -14,7 +14,7 @@
 //!   in flight: a writer that reaches the next threshold first waits for it. `checkpoint` and
 //!   `close` checkpoint on the caller's thread; `close` then gives the log files' space back.
 //! - `get`, `range`: the same lock, shared by readers when the engine reads through `&self`
-//!   (`Engine::shared`: the Bε-tree and the B+-tree), else alone; straight to the engine. A shared read that
+//!   (`Engine::shared`: all three of `Db`'s engines), else alone; straight to the engine. A shared read that
 //!   leaves the pool above its budget takes the lock alone after it to settle the pool. Range
 //!   iterators fetch a page of entries at a time and hold no lock between pages; they see each
 //!   key at most once, in order, but are not a snapshot (a page is one batch's state).
@@ -408,9 +408,9 @@ impl Db {
         Ok(())
     }
 
-    /// The value of `key`. Readers of an engine with shared reads (the Bε-tree's, the
-    /// B+-tree's) run side by side, waiting only while a write or a checkpoint's start holds
-    /// the state; others take it alone.
+    /// The value of `key`. Readers of an engine with shared reads (all three of `Db`'s) run
+    /// side by side, waiting only while a write or a checkpoint's start holds the state; an
+    /// engine without them is read alone.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         let key = key.as_ref();
         // Side by side, the device's reads counted here include other readers'.

@@ -1,5 +1,6 @@
-//! Readers side by side: `Db::get` and range pages of the Bε-tree and the B+-tree run under a
-//! shared lock (`SharedReads`), each loading what it misses without holding the pool's lock. These tests
+//! Readers side by side: `Db::get` and range pages of the Bε-tree, the B+-tree and the LSM-tree
+//! run under a shared lock (`SharedReads`), each loading what it misses without holding the
+//! pool's lock. These tests
 //! hold that readers really are inside the engine together (their device reads meet), that
 //! beside a writer they see whole batches and never go back in time, and that the memory
 //! budget still holds between calls.
@@ -10,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use strata::storage::{Device, Env, EnvLock, FileKind, SimEnv};
-use strata::{Db, Durability, Options, Result, WriteBatch};
+use strata::{Db, Durability, LsmConfig, Options, Result, WriteBatch};
 
 /// A data device that, once armed, holds every read until a second one is in flight (or a
 /// deadline passes): two readers meet there only if both are inside the engine at once.
@@ -158,15 +159,33 @@ fn two_readers_of_the_btree_read_the_device_at_once() {
     two_readers_read_the_device_at_once(|o| o.btree(4 << 10));
 }
 
+#[test]
+fn two_readers_of_the_lsm_tree_read_the_device_at_once() {
+    two_readers_read_the_device_at_once(|o| o.lsm(LsmConfig::default()));
+}
+
 /// Four readers beside a writer whose batch n sets every one of 16 keys to n. A reader sees a
 /// key's value never go down, a range page holds one batch's values throughout (a page is
 /// read whole under the shared lock), and after the writer's last batch every key has its
 /// value. Between calls the pool keeps to its budget, however the readers and the writer met.
 #[test]
-fn readers_beside_a_writer_see_whole_batches_in_order() {
+fn betree_readers_beside_a_writer_see_whole_batches_in_order() {
+    readers_beside_a_writer_see_whole_batches_in_order(|o| o.betree(16 << 10, 8, 4 << 10));
+}
+
+#[test]
+fn btree_readers_beside_a_writer_see_whole_batches_in_order() {
+    readers_beside_a_writer_see_whole_batches_in_order(|o| o.btree(4 << 10));
+}
+
+#[test]
+fn lsm_readers_beside_a_writer_see_whole_batches_in_order() {
+    readers_beside_a_writer_see_whole_batches_in_order(|o| o.lsm(LsmConfig::default()));
+}
+
+fn readers_beside_a_writer_see_whole_batches_in_order(engine: fn(Options) -> Options) {
     let env = SimEnv::new();
-    let opts = Options::default()
-        .betree(16 << 10, 8, 4 << 10)
+    let opts = engine(Options::default())
         .cache_bytes(96 << 10)
         .checkpoint_wal_bytes(256 << 10)
         .durability(Durability::None);

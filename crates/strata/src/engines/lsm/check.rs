@@ -54,12 +54,13 @@ impl Lsm {
         report.blocks_verified += report.leaf_nodes + blocks;
         check_reachable(self.store.pager(), &reachable)?;
         let mut cursors = self.cursors(Bound::Unbounded, Bound::Unbounded, false);
-        let ranges = self.ranges_within(Bound::Unbounded, Bound::Unbounded, None)?;
         let mut ctx = read::Ctx {
-            store: &mut self.store,
+            store: read::Tables::Alone(&mut self.store),
             mem: &self.mem,
             lost: None,
         };
+        let ranges =
+            read::ranges_within(&self.levels, &mut ctx, Bound::Unbounded, Bound::Unbounded)?;
         while let Some((key, mut msgs)) =
             crate::kv::merging::next_group(&mut cursors, &mut ctx, false)?
         {

@@ -213,7 +213,7 @@ impl Lsm {
                         continue;
                     }
                     let block = blocks / 2;
-                    let points = super::read::load_points(&mut self.store, &pin, block)?;
+                    let points = super::read::load_points(&self.store, &pin, block)?;
                     drop(pin);
                     let mut found = vec![0u64; n];
                     let mut keys = 0u64;

@@ -52,7 +52,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::engine::salvage::{Damage, Sink};
-use crate::engine::{CheckReport, Engine, EngineStats};
+use crate::engine::{CheckReport, Engine, EngineStats, SharedReads};
 use crate::error::{Error, Result};
 use crate::kv::msg::{Body, Msg};
 use crate::kv::{merge_operator, MergeOperator, Op, Val};
@@ -306,6 +306,10 @@ impl Engine for Lsm {
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<()> {
         self.range(lo, hi, reverse, limit, out)
+    }
+
+    fn shared(&self) -> Option<&dyn SharedReads> {
+        Some(self)
     }
 
     fn begin_checkpoint(&mut self, wal_seq: u64) -> Result<Commit> {

@@ -21,14 +21,39 @@ use crate::storage::{Pin, StoredNode};
 /// What cursors read through: the pool, the memtable, and, for salvage, where damage goes
 /// (a cursor then records what it cannot read and goes on).
 pub(super) struct Ctx<'a> {
-    pub store: &'a mut NodeStore<Table>,
+    pub store: Tables<'a>,
     pub mem: &'a Memtable,
     pub lost: Option<&'a mut Vec<Damage>>,
 }
 
-/// Make block `i` of a pinned table resident (its checked bytes), and give it.
+/// The pool as a reader has it: alone (`check`, salvage: what a miss loads is evicted with
+/// write-backs as for any writer) or shared with other readers (`SharedReads`).
+pub(super) enum Tables<'a> {
+    Alone(&'a mut NodeStore<Table>),
+    Shared(&'a NodeStore<Table>),
+}
+
+impl Tables<'_> {
+    fn get(&mut self, id: NodeId) -> Result<Pin<Table>> {
+        match self {
+            Tables::Alone(s) => s.get(id),
+            Tables::Shared(s) => s.get_shared(id),
+        }
+    }
+
+    fn store(&self) -> &NodeStore<Table> {
+        match self {
+            Tables::Alone(s) => s,
+            Tables::Shared(s) => s,
+        }
+    }
+}
+
+/// Make block `i` of a pinned table resident (its checked bytes), and give it. Readers sharing
+/// the pool may read the same block at once: the first to take the table's lock installs it
+/// and charges it, under that lock (as the Bε-tree's partitions are).
 pub(super) fn load_block(
-    store: &mut NodeStore<Table>,
+    store: &NodeStore<Table>,
     pin: &Pin<Table>,
     i: usize,
 ) -> Result<Arc<Vec<u8>>> {
@@ -36,19 +61,20 @@ pub(super) fn load_block(
         return Ok(raw.clone());
     }
     let raw = Arc::new(pin.read().read_block(store.pager(), pin.id(), i)?);
-    pin.write().blocks[i].data = Some(raw.clone());
+    let mut t = pin.write();
+    if let Some(there) = &t.blocks[i].data {
+        return Ok(there.clone());
+    }
+    t.blocks[i].data = Some(raw.clone());
     // Charge the one block, not a re-count of every block in the table (a miss's cost).
     store.recharge_by(pin, 0, raw.len());
-    debug_assert_eq!(
-        store.charge_of(pin.id()),
-        Some(StoredNode::charge(&*pin.read()))
-    );
+    debug_assert_eq!(store.charge_of(pin.id()), Some(StoredNode::charge(&*t)));
     Ok(raw)
 }
 
 /// Block `i` of a pinned table, decoded (for scans, which take every message).
 pub(super) fn load_points(
-    store: &mut NodeStore<Table>,
+    store: &NodeStore<Table>,
     pin: &Pin<Table>,
     i: usize,
 ) -> Result<Vec<Msg>> {
@@ -242,7 +268,7 @@ impl<'a> Cursor<Ctx<'a>> for RunCursor {
                 continue;
             };
             let pin = pin.clone();
-            match load_points(ctx.store, &pin, i) {
+            match load_points(ctx.store.store(), &pin, i) {
                 Ok(points) => self.take(&points),
                 Err(e) => match ctx.lost.as_deref_mut() {
                     Some(lost) => {
@@ -270,8 +296,8 @@ impl<'a> Cursor<Ctx<'a>> for RunCursor {
 }
 
 impl Lsm {
-    /// A point query.
-    pub(super) fn point(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    /// A point query (`SharedReads`: readers side by side).
+    pub(super) fn point(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let (points, mut ranges) = self.mem.lookup(key);
         let mut msgs: Vec<Msg> = points.to_vec();
         let mut settled = !ranges.is_empty() || settles(&msgs);
@@ -287,7 +313,7 @@ impl Lsm {
                     continue;
                 }
                 let id = run[at - 1].id;
-                let pin = self.store.get(id)?;
+                let pin = self.store.get_shared(id)?;
                 let (covering, maybe, block) = {
                     let t = pin.read();
                     let covering: Vec<u64> = t
@@ -317,8 +343,8 @@ impl Lsm {
     }
 
     /// The messages for `key` in block `block` of a pinned table, the block made resident.
-    fn lookup_in(&mut self, pin: &Pin<Table>, block: usize, key: &[u8]) -> Result<Vec<Msg>> {
-        let raw = load_block(&mut self.store, pin, block)?;
+    fn lookup_in(&self, pin: &Pin<Table>, block: usize, key: &[u8]) -> Result<Vec<Msg>> {
+        let raw = load_block(&self.store, pin, block)?;
         let t = pin.read();
         t.lookup(&raw, key).map_err(|e| {
             let (pager, id) = (self.store.pager(), pin.id());
@@ -356,45 +382,6 @@ impl Lsm {
         Ok(None)
     }
 
-    /// The range deletes of the memtable and of every table that may cover keys within
-    /// (`lo`, `hi`).
-    pub(super) fn ranges_within(
-        &mut self,
-        lo: Bound<&[u8]>,
-        hi: Bound<&[u8]>,
-        lost: Option<&mut Vec<Damage>>,
-    ) -> Result<Vec<RangeDel>> {
-        let mut out: Vec<RangeDel> = Vec::new();
-        let mut take = |m: &Msg| {
-            if let Body::DeleteRange(end) = &m.body {
-                if below_hi(&m.key, hi) && above_lo_exclusive_end(end, lo) {
-                    out.push(RangeDel {
-                        start: m.key.clone(),
-                        end: end.clone(),
-                        seq: m.seq,
-                    });
-                }
-            }
-        };
-        self.mem.ranges().iter().for_each(&mut take);
-        let ids: Vec<NodeId> = self
-            .tables()
-            .filter(|t| t.ranges > 0 && below_hi(&t.smallest, hi) && above_lo(&t.largest, lo))
-            .map(|t| t.id)
-            .collect();
-        let mut lost = lost;
-        for id in ids {
-            match self.store.get(id) {
-                Ok(pin) => pin.read().ranges.iter().for_each(&mut take),
-                Err(e) => match lost.as_deref_mut() {
-                    Some(l) => l.push(Damage::new("table", Some(id), e)),
-                    None => return Err(e),
-                },
-            }
-        }
-        Ok(out)
-    }
-
     /// A cursor per run and one over the memtable, within (`lo`, `hi`).
     pub(super) fn cursors<'a>(
         &self,
@@ -410,21 +397,22 @@ impl Lsm {
         cursors
     }
 
+    /// A range page (`SharedReads`: readers side by side).
     pub(super) fn range(
-        &mut self,
+        &self,
         lo: Bound<&[u8]>,
         hi: Bound<&[u8]>,
         reverse: bool,
         limit: usize,
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<()> {
-        let ranges = self.ranges_within(lo, hi, None)?;
-        let mut cursors = self.cursors(lo, hi, reverse);
         let mut ctx = Ctx {
-            store: &mut self.store,
+            store: Tables::Shared(&self.store),
             mem: &self.mem,
             lost: None,
         };
+        let ranges = ranges_within(&self.levels, &mut ctx, lo, hi)?;
+        let mut cursors = self.cursors(lo, hi, reverse);
         let mut taken = 0;
         while taken < limit {
             let Some((key, mut msgs)) = next_group(&mut cursors, &mut ctx, reverse)? else {
@@ -433,7 +421,7 @@ impl Lsm {
             let covering = covering(&ranges, &key);
             let v = resolve(&key, &mut msgs, &covering, self.merge.as_deref(), |_| {
                 Err(Error::corruption(
-                    ctx.store.pager().file_name(),
+                    self.store.pager().file_name(),
                     0,
                     "an out-of-line value in an LSM table".to_string(),
                 ))
@@ -445,6 +433,68 @@ impl Lsm {
         }
         Ok(())
     }
+}
+
+/// A point query and a range page through `&self`, for readers side by side under `Db`'s
+/// shared lock: tables and their blocks load through the pool's lock, each block installed
+/// under its table's lock (`load_block`); the memtable and the levels are only read.
+impl SharedReads for Lsm {
+    fn over_budget(&self) -> bool {
+        self.store.over_budget()
+    }
+
+    fn get_shared(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.point(key)
+    }
+
+    fn scan_shared(
+        &self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        reverse: bool,
+        limit: usize,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<()> {
+        self.range(lo, hi, reverse, limit, out)
+    }
+}
+
+/// The range deletes of the memtable and of every table that may cover keys within
+/// (`lo`, `hi`), the tables pinned through `ctx`.
+pub(super) fn ranges_within(
+    levels: &[Level],
+    ctx: &mut Ctx<'_>,
+    lo: Bound<&[u8]>,
+    hi: Bound<&[u8]>,
+) -> Result<Vec<RangeDel>> {
+    let mut out: Vec<RangeDel> = Vec::new();
+    let mut take = |m: &Msg| {
+        if let Body::DeleteRange(end) = &m.body {
+            if below_hi(&m.key, hi) && above_lo_exclusive_end(end, lo) {
+                out.push(RangeDel {
+                    start: m.key.clone(),
+                    end: end.clone(),
+                    seq: m.seq,
+                });
+            }
+        }
+    };
+    ctx.mem.ranges().iter().for_each(&mut take);
+    let ids = levels
+        .iter()
+        .flat_map(|l| l.runs.iter().flatten())
+        .filter(|t| t.ranges > 0 && below_hi(&t.smallest, hi) && above_lo(&t.largest, lo))
+        .map(|t| t.id);
+    for id in ids {
+        match ctx.store.get(id) {
+            Ok(pin) => pin.read().ranges.iter().for_each(&mut take),
+            Err(e) => match ctx.lost.as_deref_mut() {
+                Some(l) => l.push(Damage::new("table", Some(id), e)),
+                None => return Err(e),
+            },
+        }
+    }
+    Ok(out)
 }
 
 /// A put or a delete among `msgs` settles the key.

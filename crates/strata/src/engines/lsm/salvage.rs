@@ -61,13 +61,14 @@ impl Lsm {
         if let Some(e) = self.manifest_damage.take() {
             lost.push(Damage::new("manifest", Some(self.manifest), e).effect(Effect::None));
         }
-        let ranges = self.ranges_within(Bound::Unbounded, Bound::Unbounded, Some(lost))?;
         let mut cursors = self.cursors(Bound::Unbounded, Bound::Unbounded, false);
         let mut ctx = read::Ctx {
-            store: &mut self.store,
+            store: read::Tables::Alone(&mut self.store),
             mem: &self.mem,
             lost: Some(lost),
         };
+        let ranges =
+            read::ranges_within(&self.levels, &mut ctx, Bound::Unbounded, Bound::Unbounded)?;
         while let Some((key, mut msgs)) = next_group(&mut cursors, &mut ctx, false)? {
             let covering = read::covering(&ranges, &key);
             let value = resolve(&key, &mut msgs, &covering, self.merge.as_deref(), |_| {
