@@ -13,11 +13,11 @@
 //!   behind is then obsolete, and the next rotation writes over it). At most one checkpoint is
 //!   in flight: a writer that reaches the next threshold first waits for it. `checkpoint` and
 //!   `close` checkpoint on the caller's thread; `close` then gives the log files' space back.
-//! - `get`, `range`: the same lock, shared by readers when the engine reads through `&self`
-//!   (`Engine::shared`: all three of `Db`'s engines), else alone; straight to the engine. A shared read that
-//!   leaves the pool above its budget takes the lock alone after it to settle the pool. Range
-//!   iterators fetch a page of entries at a time and hold no lock between pages; they see each
-//!   key at most once, in order, but are not a snapshot (a page is one batch's state).
+//! - `get`, `range`: the same lock, shared by readers (every engine reads through `&self`:
+//!   `Engine::shared`); straight to the engine. A read that leaves the pool above its budget
+//!   takes the lock alone after it to settle the pool. Range iterators fetch a page of entries
+//!   at a time and hold no lock between pages; they see each key at most once, in order, but
+//!   are not a snapshot (a page is one batch's state).
 //! - open: read the newest checkpoint, replay log records past its sequence number.
 //!
 //! An IO error in the middle of a write leaves memory ahead of or behind the log, so it poisons
@@ -408,31 +408,18 @@ impl Db {
         Ok(())
     }
 
-    /// The value of `key`. Readers of an engine with shared reads (all three of `Db`'s) run
-    /// side by side, waiting only while a write or a checkpoint's start holds the state; an
-    /// engine without them is read alone.
+    /// The value of `key`. Readers run side by side, waiting only while a write or a
+    /// checkpoint's start holds the state.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         let key = key.as_ref();
         // Side by side, the device's reads counted here include other readers'.
         let before = self.data_stats.reads();
         let st = self.reading()?;
-        let got = match st.engine.shared() {
-            Some(r) => {
-                let got = r.get_shared(key);
-                let settle = r.over_budget();
-                drop(st);
-                // Even a failed read may have loaded nodes.
-                let settled = self.settle_if(settle);
-                got.and_then(|got| settled.map(|()| got))
-            }
-            None => {
-                drop(st);
-                let mut st = self.state()?;
-                let got = st.engine.get(key);
-                let settled = st.engine.settle();
-                got.and_then(|got| settled.map(|()| got))
-            }
-        };
+        let got = st.engine.shared().get_shared(key);
+        let settle = st.engine.shared().over_budget();
+        drop(st);
+        // Even a failed read may have loaded nodes.
+        let got = self.settle_if(settle).and(got);
         self.counters.point_queries.fetch_add(1, Relaxed);
         self.counters
             .point_query_reads
@@ -470,20 +457,14 @@ impl Db {
         );
         let mut out = Vec::new();
         let st = self.reading()?;
-        if let Some(r) = st.engine.shared() {
-            let scanned = r.scan_shared(lo, hi, reverse, limit, &mut out);
-            let settle = r.over_budget();
-            drop(st);
-            let settled = self.settle_if(settle);
-            scanned?;
-            settled?;
-            return Ok(out);
-        }
+        let scanned = st
+            .engine
+            .shared()
+            .scan_shared(lo, hi, reverse, limit, &mut out);
+        let settle = st.engine.shared().over_budget();
         drop(st);
-        let mut st = self.state()?;
-        let scanned = st.engine.scan(lo, hi, reverse, limit, &mut out);
         // Even a failed scan may have loaded nodes: the pool goes back within its budget.
-        let settled = st.engine.settle();
+        let settled = self.settle_if(settle);
         scanned?;
         settled?;
         Ok(out)

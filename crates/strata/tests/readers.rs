@@ -124,8 +124,8 @@ fn cold_tree(env: &dyn Env, engine: fn(Options) -> Options) -> Db {
 }
 
 /// Two readers of keys that are not in memory are inside the engine at once: each one's device
-/// read waits for the other's. With reads taking the database alone, the first would wait its
-/// five seconds out, alone.
+/// read waits for the other's. With reads taking the database alone (as before the fifteenth
+/// session), the first would wait its five seconds out, alone.
 fn two_readers_read_the_device_at_once(engine: fn(Options) -> Options) {
     let env = MeetingEnv {
         sim: SimEnv::new(),

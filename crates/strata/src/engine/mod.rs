@@ -81,9 +81,9 @@ pub(crate) fn apply_each<E: Engine + ?Sized>(engine: &mut E, ops: &[Op]) -> Resu
     Ok(())
 }
 
-/// Reads through `&self`, for an engine whose reads can run side by side (`Engine::shared`):
-/// `Db` then takes its state lock shared for `get` and range pages, so readers overlap their
-/// IOs and their CPU, and wait only while a write holds the lock. A shared read makes room in
+/// Reads through `&self`, which every engine gives (`Engine::shared`): `Db` takes its state
+/// lock shared for `get` and range pages, so readers overlap their IOs and their CPU, and
+/// wait only while a write holds the lock. A shared read makes room in
 /// the pool by dropping clean nodes only; when that is not enough (`over_budget`), `Db` takes
 /// the lock alone after it and settles (`Engine::settle`), so that the budget holds between
 /// calls as it does for the other engines.
@@ -142,10 +142,8 @@ pub trait Engine: Send + Sync {
     }
     /// Called between operations, when nothing is pinned: bring the cache within budget.
     fn settle(&mut self) -> Result<()>;
-    /// The engine's reads through `&self`, if it has them (`SharedReads`).
-    fn shared(&self) -> Option<&dyn SharedReads> {
-        None
-    }
+    /// The engine's reads through `&self` (`SharedReads`), which `Db` runs side by side.
+    fn shared(&self) -> &dyn SharedReads;
     /// Right after a completed checkpoint: move blocks out of the file's tail into the holes
     /// below them (`Pager::relocate_tail`); the next checkpoint makes it durable and shortens
     /// the file. Returns the bytes moved.

@@ -460,8 +460,8 @@ impl Engine for BeTree {
         self.scan_shared(lo, hi, reverse, limit, out)
     }
 
-    fn shared(&self) -> Option<&dyn SharedReads> {
-        Some(self)
+    fn shared(&self) -> &dyn SharedReads {
+        self
     }
 
     fn begin_checkpoint(&mut self, wal_seq: u64) -> Result<Commit> {

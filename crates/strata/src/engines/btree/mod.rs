@@ -243,8 +243,8 @@ impl Engine for BTree {
         self.store.evict_to_budget()
     }
 
-    fn shared(&self) -> Option<&dyn SharedReads> {
-        Some(self)
+    fn shared(&self) -> &dyn SharedReads {
+        self
     }
 
     fn relocate_tail(&mut self) -> Result<u64> {

@@ -308,8 +308,8 @@ impl Engine for Lsm {
         self.range(lo, hi, reverse, limit, out)
     }
 
-    fn shared(&self) -> Option<&dyn SharedReads> {
-        Some(self)
+    fn shared(&self) -> &dyn SharedReads {
+        self
     }
 
     fn begin_checkpoint(&mut self, wal_seq: u64) -> Result<Commit> {
