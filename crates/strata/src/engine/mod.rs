@@ -90,9 +90,10 @@ pub(crate) fn apply_each<E: Engine + ?Sized>(engine: &mut E, ops: &[Op]) -> Resu
 pub trait SharedReads: Sync {
     /// Whether the pool holds more than its budget (what shared reads could not evict).
     fn over_budget(&self) -> bool;
-    /// `Engine::get`.
+    /// The value of `key`.
     fn get_shared(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
-    /// `Engine::scan`.
+    /// Append to `out` up to `limit` entries within (`lo`, `hi`), ascending or (with `reverse`)
+    /// descending from the corresponding end. Iterators page through a range with this.
     fn scan_shared(
         &self,
         lo: Bound<&[u8]>,
@@ -105,7 +106,10 @@ pub trait SharedReads: Sync {
 
 pub trait Engine: Send + Sync {
     fn name(&self) -> &'static str;
-    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// `SharedReads::get_shared`, for a caller holding the engine alone.
+    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.shared().get_shared(key)
+    }
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
     fn delete(&mut self, key: &[u8]) -> Result<()>;
     /// Apply the engine's merge operator to `key`'s value with `operand`.
@@ -117,8 +121,7 @@ pub trait Engine: Send + Sync {
     fn apply_batch(&mut self, ops: Vec<Op>) -> Result<()> {
         apply_each(self, &ops)
     }
-    /// Append to `out` up to `limit` entries within (`lo`, `hi`), ascending or (with `reverse`)
-    /// descending from the corresponding end. Iterators page through a range with this.
+    /// `SharedReads::scan_shared`, for a caller holding the engine alone.
     fn scan(
         &mut self,
         lo: Bound<&[u8]>,
@@ -126,7 +129,9 @@ pub trait Engine: Send + Sync {
         reverse: bool,
         limit: usize,
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        self.shared().scan_shared(lo, hi, reverse, limit, out)
+    }
     /// Start a checkpoint of the engine's state, covering log records up to `wal_seq`: write
     /// every dirty node and the table. The engine may change again at once; the checkpoint is
     /// the state at this call. It is durable after `Commit::make_durable` and complete after

@@ -368,10 +368,6 @@ impl Engine for BeTree {
         self.dump_levels(levels)
     }
 
-    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.get_shared(key)
-    }
-
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         let body = self.put_body(value)?;
         self.inject(body, key)
@@ -447,17 +443,6 @@ impl Engine for BeTree {
             return Ok(());
         }
         self.inject(Body::DeleteRange(end.to_vec()), start)
-    }
-
-    fn scan(
-        &mut self,
-        lo: Bound<&[u8]>,
-        hi: Bound<&[u8]>,
-        reverse: bool,
-        limit: usize,
-        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
-    ) -> Result<()> {
-        self.scan_shared(lo, hi, reverse, limit, out)
     }
 
     fn shared(&self) -> &dyn SharedReads {

@@ -133,10 +133,6 @@ impl Engine for BTree {
         self.dump_levels(levels)
     }
 
-    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.get_shared(key)
-    }
-
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         let val = if value.len() > self.inline_max {
             self.write_blob(value)?
@@ -217,17 +213,6 @@ impl Engine for BTree {
                 self.delete(&k)?;
             }
         }
-    }
-
-    fn scan(
-        &mut self,
-        lo: Bound<&[u8]>,
-        hi: Bound<&[u8]>,
-        reverse: bool,
-        limit: usize,
-        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
-    ) -> Result<()> {
-        self.scan_shared(lo, hi, reverse, limit, out)
     }
 
     fn begin_checkpoint(&mut self, wal_seq: u64) -> Result<Commit> {

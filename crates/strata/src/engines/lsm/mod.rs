@@ -253,10 +253,6 @@ impl Engine for Lsm {
         self.dump_levels(levels)
     }
 
-    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.point(key)
-    }
-
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.insert(key, Body::Put(Val::Inline(value.to_vec())))
     }
@@ -295,17 +291,6 @@ impl Engine for Lsm {
             }
         }
         Ok(())
-    }
-
-    fn scan(
-        &mut self,
-        lo: Bound<&[u8]>,
-        hi: Bound<&[u8]>,
-        reverse: bool,
-        limit: usize,
-        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
-    ) -> Result<()> {
-        self.range(lo, hi, reverse, limit, out)
     }
 
     fn shared(&self) -> &dyn SharedReads {

@@ -396,9 +396,21 @@ impl Lsm {
         }
         cursors
     }
+}
 
-    /// A range page (`SharedReads`: readers side by side).
-    pub(super) fn range(
+/// A point query and a range page through `&self`, for readers side by side under `Db`'s
+/// shared lock: tables and their blocks load through the pool's lock, each block installed
+/// under its table's lock (`load_block`); the memtable and the levels are only read.
+impl SharedReads for Lsm {
+    fn over_budget(&self) -> bool {
+        self.store.over_budget()
+    }
+
+    fn get_shared(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.point(key)
+    }
+
+    fn scan_shared(
         &self,
         lo: Bound<&[u8]>,
         hi: Bound<&[u8]>,
@@ -432,30 +444,6 @@ impl Lsm {
             }
         }
         Ok(())
-    }
-}
-
-/// A point query and a range page through `&self`, for readers side by side under `Db`'s
-/// shared lock: tables and their blocks load through the pool's lock, each block installed
-/// under its table's lock (`load_block`); the memtable and the levels are only read.
-impl SharedReads for Lsm {
-    fn over_budget(&self) -> bool {
-        self.store.over_budget()
-    }
-
-    fn get_shared(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.point(key)
-    }
-
-    fn scan_shared(
-        &self,
-        lo: Bound<&[u8]>,
-        hi: Bound<&[u8]>,
-        reverse: bool,
-        limit: usize,
-        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
-    ) -> Result<()> {
-        self.range(lo, hi, reverse, limit, out)
     }
 }
 
