@@ -412,8 +412,8 @@ impl Db {
     /// checkpoint's start holds the state.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         let key = key.as_ref();
-        // Side by side, the device's reads counted here include other readers'.
-        let before = self.data_stats.reads();
+        // This thread's reads: not those of other readers, or of background work, meanwhile.
+        let before = crate::storage::iostats::thread_reads();
         let st = self.reading()?;
         let got = st.engine.shared().get_shared(key);
         let settle = st.engine.shared().over_budget();
@@ -423,7 +423,7 @@ impl Db {
         self.counters.point_queries.fetch_add(1, Relaxed);
         self.counters
             .point_query_reads
-            .fetch_add(self.data_stats.reads() - before, Relaxed);
+            .fetch_add(crate::storage::iostats::thread_reads() - before, Relaxed);
         got
     }
 

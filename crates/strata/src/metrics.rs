@@ -22,6 +22,8 @@ pub struct Metrics {
     pub ops_written: u64,
     pub logical_bytes_written: u64,
     pub point_queries: u64,
+    /// Device reads the point queries made, each counted on the reading thread: other
+    /// readers' and background work's reads meanwhile are not in it.
     pub point_query_reads: u64,
     pub data_file_bytes: u64,
     pub wal_file_bytes: u64,

@@ -5,10 +5,23 @@
 //! phase alone. Besides counts and bytes, each IO is priced in the DAM model (blocks of
 //! `dam_block` bytes) and in the affine model the stats were created with.
 
+use std::cell::Cell;
 use std::ops::Sub;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::model::Affine;
+
+thread_local! {
+    /// Reads this thread has charged, to any `IoStats`.
+    static THREAD_READS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Reads the calling thread has charged so far, to any device's stats: the difference over
+/// one call is what that call read, whatever other threads (readers beside it, an engine's
+/// background work) read meanwhile.
+pub fn thread_reads() -> u64 {
+    THREAD_READS.with(Cell::get)
+}
 
 /// Power-of-two size classes: class i holds IOs of 2^i ..= 2^(i+1)-1 bytes (class 0 also holds 0).
 pub const SIZE_CLASSES: usize = 40;
@@ -81,6 +94,7 @@ impl IoStats {
     }
 
     pub fn record_read(&self, bytes: u64) {
+        THREAD_READS.with(|n| n.set(n.get() + 1));
         self.reads.fetch_add(1, Relaxed);
         self.bytes_read.fetch_add(bytes, Relaxed);
         self.read_hist[size_class(bytes)].fetch_add(1, Relaxed);
@@ -173,6 +187,31 @@ impl Sub for &IoSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A thread's read count holds its own reads only, across stats, however many another
+    /// thread charges to the same stats meanwhile.
+    #[test]
+    fn a_threads_reads_are_its_own() {
+        let (a, b) = (
+            IoStats::new(Affine::default_ssd(), 4096),
+            IoStats::new(Affine::default_ssd(), 4096),
+        );
+        let before = thread_reads();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mine = thread_reads();
+                for _ in 0..1000 {
+                    a.record_read(10);
+                }
+                assert_eq!(thread_reads() - mine, 1000);
+            });
+            a.record_read(10);
+            b.record_read(10);
+            a.record_write(10);
+        });
+        assert_eq!(thread_reads() - before, 2);
+        assert_eq!(a.reads(), 1001);
+    }
 
     #[test]
     fn counts_bytes_classes_and_costs() {
