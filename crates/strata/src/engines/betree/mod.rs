@@ -254,9 +254,12 @@ impl BeTree {
             (Err(what), _) => Err(what),
             (Ok(false), Some(bytes)) if decode => g.install(i, &bytes),
             (Ok(false), Some(bytes)) => g.install_raw(i, &bytes),
-            // Held raw when looked at, gone since: a shed is the pool's, which cannot run on
-            // a pinned node.
-            (Ok(false), None) => unreachable!("a raw partition left a pinned node"),
+            // Held raw when looked at, gone since: another reader's decode of it failed (a
+            // shed cannot run on a pinned node). Read it from the device.
+            (Ok(false), None) => {
+                drop(g);
+                return self.fetch_part(pin, i, decode);
+            }
         };
         // A raw segment that failed to decode is gone: the node shrank.
         let after = g.part_charge(i);
