@@ -312,7 +312,7 @@ impl Db {
         e
     }
 
-    /// The state, alone: writes, checkpoints, and reads of engines without shared reads.
+    /// The state, alone: writes, checkpoints, and the pool's settling after a read.
     fn state(&self) -> Result<RwLockWriteGuard<'_, State>> {
         self.check_poison()?;
         Ok(self.state.write().unwrap_or_else(|e| e.into_inner()))
@@ -418,8 +418,9 @@ impl Db {
         let got = st.engine.shared().get_shared(key);
         let settle = st.engine.shared().over_budget();
         drop(st);
-        // Even a failed read may have loaded nodes.
-        let got = self.settle_if(settle).and(got);
+        // Even a failed read may have loaded nodes; its own error comes first.
+        let settled = self.settle_if(settle);
+        let got = got.and_then(|got| settled.map(|()| got));
         self.counters.point_queries.fetch_add(1, Relaxed);
         self.counters
             .point_query_reads

@@ -13,6 +13,11 @@
 //!   `shed` its partitions (partial eviction), keeping the small header resident.
 //! - The budget holds after every `evict_to_budget`, except for nodes pinned at that moment (an
 //!   operation's root-to-leaf path): `peak_bytes` records the largest residency seen there.
+//! - Readers may share the store (`get_shared`, `&self`, with no writer meanwhile): the pool's
+//!   state is behind a lock of its own, a miss reads without holding it, and their eviction
+//!   drops clean nodes only, stopping at a dirty victim for the next `evict_to_budget`. Lock
+//!   order: a node's lock may be held while the pool's is taken; the pool's is held while an
+//!   unpinned node's is taken, and no one can pin that node then (pins come from the index).
 //! - Write-back in batches, for engines that ask for it (`set_writeback_batch`: the B+-tree,
 //!   whose dirty leaves leave the cache one per insert once the tree outgrows it): a dirty
 //!   victim is written together with the dirty, unpinned, unreferenced nodes the hand reaches
