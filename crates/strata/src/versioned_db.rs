@@ -11,10 +11,13 @@
 //!   log, has the engine flush its buffer and commit its manifest (`VersionedEngine::checkpoint`:
 //!   the pager's copy-on-write commit and superblock), then starts the log over. It runs on the
 //!   writer's thread: unlike `Db`, no background checkpoint thread yet;
-//! - reads go straight to the engine under the state lock; a range iterator fetches a page at
-//!   a time from either end and holds no lock between pages (a snapshot only at an internal
-//!   version, which nothing writes); `for_each_at` hands a visitor borrowed entries under the
-//!   lock, one walk, no page and no copy;
+//! - reads go to the engine's shared reads (`VersionedEngine::shared`) holding the state
+//!   lock shared, so readers run side by side and wait only while a change or a checkpoint
+//!   holds it alone; a read that leaves the engine over its memory budget (dirty nodes
+//!   readers may not write back) settles it, holding the lock alone. A range iterator fetches
+//!   a page at a time from either end and holds no lock between pages (a snapshot only at an
+//!   internal version, which nothing writes); `for_each_at` hands a visitor borrowed entries
+//!   holding the lock shared, one walk, no page and no copy;
 //! - open: the newest durable checkpoint, then the log records past its sequence number are
 //!   replayed. A clone's record carries the version it made, so replay makes the same one.
 //!
@@ -25,7 +28,7 @@
 
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::codec::{Reader, Writer};
 use crate::engine::versioned::{DiffEntry, VersionedEngine};
@@ -206,7 +209,8 @@ struct State {
 
 pub struct VersionedDb {
     opts: VersionedOptions,
-    state: Mutex<State>,
+    /// Changes and checkpoints hold it alone, reads shared.
+    state: RwLock<State>,
     wal: Wal,
     data_stats: Arc<IoStats>,
     poison: Mutex<Option<String>>,
@@ -340,7 +344,7 @@ impl VersionedDb {
         }
         Ok(VersionedDb {
             opts,
-            state: Mutex::new(State {
+            state: RwLock::new(State {
                 engine,
                 next_seq: last_seq + 1,
             }),
@@ -351,13 +355,38 @@ impl VersionedDb {
         })
     }
 
-    fn state(&self) -> Result<MutexGuard<'_, State>> {
-        if let Some(cause) = &*self.poison.lock().unwrap_or_else(|e| e.into_inner()) {
-            return Err(Error::Poisoned {
+    fn check_poison(&self) -> Result<()> {
+        match &*self.poison.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(cause) => Err(Error::Poisoned {
                 cause: cause.clone(),
-            });
+            }),
+            None => Ok(()),
         }
-        Ok(self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The state, held alone (changes, checkpoints, and what needs the engine `&mut`).
+    fn state(&self) -> Result<RwLockWriteGuard<'_, State>> {
+        self.check_poison()?;
+        Ok(self.state.write().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The state, shared with other readers (`VersionedEngine::shared`).
+    fn reading(&self) -> Result<RwLockReadGuard<'_, State>> {
+        self.check_poison()?;
+        Ok(self.state.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// After a read that left the engine over its budget: write back what readers could not
+    /// evict, holding the state alone. A failure there leaves memory ahead of the data file's
+    /// blocks, so it poisons the database.
+    fn settle_if(&self, over_budget: bool) -> Result<()> {
+        if over_budget {
+            self.state()?
+                .engine
+                .settle()
+                .map_err(|e| self.poisoned(e))?;
+        }
+        Ok(())
     }
 
     fn poisoned(&self, e: Error) -> Error {
@@ -434,12 +463,12 @@ impl VersionedDb {
     /// Every version in the tree (deleted ones kept as ghosts for their live descendants
     /// included), ascending.
     pub fn versions(&self) -> Result<Vec<VersionInfo>> {
-        Ok(self.state()?.engine.versions().versions())
+        Ok(self.reading()?.engine.versions().versions())
     }
 
     /// The version the next clone will make.
     pub fn next_version(&self) -> Result<Version> {
-        Ok(self.state()?.engine.versions().next_version())
+        Ok(self.reading()?.engine.versions().next_version())
     }
 
     /// Make a new leaf under `v`, which becomes internal (read-only); returns the new version.
@@ -468,12 +497,13 @@ impl VersionedDb {
 
     /// The value of `key` at version `v`: the nearest ancestor-or-self's write.
     pub fn get_at(&self, v: Version, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
-        let mut st = self.state()?;
-        let got = st.engine.get_at(v, key.as_ref());
-        let settled = st.engine.settle();
-        let got = got?;
-        settled.map_err(|e| self.poisoned(e))?;
-        Ok(got)
+        let st = self.reading()?;
+        let got = st.engine.shared().get_at_shared(v, key.as_ref());
+        let settle = st.engine.shared().over_budget();
+        drop(st);
+        // Even a failed read may have loaded nodes; its own error comes first.
+        let settled = self.settle_if(settle);
+        got.and_then(|got| settled.map(|()| got))
     }
 
     /// The entries of version `v` in `range`, in key order (`.rev()` for descending). Pages
@@ -489,7 +519,7 @@ impl VersionedDb {
         v: Version,
         range: R,
     ) -> Result<VersionedRange<'_>> {
-        self.state()?.engine.versions().check_live(v)?;
+        self.reading()?.engine.versions().check_live(v)?;
         Ok(VersionedRange {
             db: self,
             version: v,
@@ -505,9 +535,10 @@ impl VersionedDb {
     /// answers and the same error for a bad version (refused at the call, before anything is
     /// visited; nothing changes). The key and value are borrowed from the engine's memory,
     /// so nothing is allocated per entry, and one call resolves only what `visit` takes.
-    /// The whole walk holds the database's lock: `visit` must not call this database (it
-    /// would wait on itself), and writers wait until the walk ends. An IO error ends the
-    /// walk and is returned.
+    /// The whole walk holds the database's lock shared: other readers run beside it, writers
+    /// wait until it ends, and `visit` must not call this database (behind a waiting writer
+    /// it would wait on itself). Nodes it loads into a pool left dirty by writes stay until
+    /// the walk ends, then are written back. An IO error ends the walk and is returned.
     ///
     /// ```no_run
     /// # fn main() -> strata::Result<()> {
@@ -531,9 +562,15 @@ impl VersionedDb {
             range.start_bound().map(AsRef::as_ref),
             range.end_bound().map(AsRef::as_ref),
         );
-        self.state()?
+        let st = self.reading()?;
+        let walked = st
             .engine
-            .scan_with(v, lo, hi, reverse, &mut visit)
+            .shared()
+            .scan_with_shared(v, lo, hi, reverse, &mut visit);
+        let settle = st.engine.shared().over_budget();
+        drop(st);
+        let settled = self.settle_if(settle);
+        walked.and(settled)
     }
 
     /// Up to `limit` entries of `v` within (`lo`, `hi`), from the low end or (`reverse`) the
@@ -551,17 +588,29 @@ impl VersionedDb {
             hi.as_ref().map(Vec::as_slice),
         );
         let mut out = Vec::new();
-        self.state()?
+        let st = self.reading()?;
+        let scanned = st
             .engine
-            .scan_at(v, lo, hi, reverse, limit, &mut out)?;
-        Ok(out)
+            .shared()
+            .scan_at_shared(v, lo, hi, reverse, limit, &mut out);
+        let settle = st.engine.shared().over_budget();
+        drop(st);
+        let settled = self.settle_if(settle);
+        scanned.and(settled).map(|()| out)
     }
 
     /// The keys whose values differ between versions `v` and `w`, ascending, with the value at
     /// each (None: absent).
     pub fn diff(&self, v: Version, w: Version) -> Result<Vec<DiffEntry>> {
-        let mut st = self.state()?;
-        st.engine.diff(v, w, Bound::Unbounded, Bound::Unbounded)
+        let st = self.reading()?;
+        let diffed = st
+            .engine
+            .shared()
+            .diff_shared(v, w, Bound::Unbounded, Bound::Unbounded);
+        let settle = st.engine.shared().over_budget();
+        drop(st);
+        let settled = self.settle_if(settle);
+        diffed.and_then(|d| settled.map(|()| d))
     }
 
     /// Write a checkpoint now and start the log over.
@@ -588,7 +637,7 @@ impl VersionedDb {
 
     /// Make every change so far durable.
     pub fn sync(&self) -> Result<()> {
-        let seq = self.state()?.next_seq - 1;
+        let seq = self.reading()?.next_seq - 1;
         self.wal.sync_through(seq).map_err(|e| self.poisoned(e))
     }
 
@@ -615,13 +664,13 @@ impl VersionedDb {
     }
 
     pub fn stats(&self) -> Result<EngineStats> {
-        Ok(self.state()?.engine.stats())
+        Ok(self.reading()?.engine.stats())
     }
 
     /// `Db::metrics`' view of this database: the engine's figures, the data file's IO and
     /// both files' sizes (the write and read counters `Db` keeps are left at zero).
     pub fn metrics(&self) -> Result<Metrics> {
-        let st = self.state()?;
+        let st = self.reading()?;
         Ok(Metrics {
             engine: st.engine.stats(),
             data_io: self.data_stats.snapshot(),

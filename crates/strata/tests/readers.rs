@@ -1,9 +1,10 @@
 //! Readers side by side: `Db::get` and range pages of the Bε-tree, the B+-tree and the LSM-tree
 //! run under a shared lock (`SharedReads`), each loading what it misses without holding the
-//! pool's lock. These tests
-//! hold that readers really are inside the engine together (their device reads meet), that
-//! beside a writer they see whole batches and never go back in time, and that the memory
-//! budget still holds between calls.
+//! pool's lock; so do `VersionedDb`'s reads of the SDA and the copy-on-write B-tree
+//! (`VersionedReads`). These tests hold that readers really are inside the engine together
+//! (their device reads meet), that beside a writer they see whole batches (whole changes, in
+//! order, and frozen versions that stay as they were) and never go back in time, and that the
+//! memory budget still holds between calls.
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,7 +12,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use strata::storage::{Device, Env, EnvLock, FileKind, SimEnv};
-use strata::{Db, Durability, LsmConfig, Options, Result, WriteBatch};
+use strata::{
+    CowConfig, Db, Durability, LsmConfig, Options, Result, SdaConfig, Version, VersionedDb,
+    VersionedEngineOptions, VersionedOptions, WriteBatch, ROOT_VERSION,
+};
 
 /// A data device that, once armed, holds every read until a second one is in flight (or a
 /// deadline passes): two readers meet there only if both are inside the engine at once.
@@ -275,6 +279,232 @@ fn readers_beside_a_writer_see_whole_batches_in_order(engine: fn(Options) -> Opt
     assert!(
         m.engine.checkpoints > 0,
         "checkpoints came during the reads"
+    );
+    db.close().unwrap();
+}
+
+/// A range's entries.
+type Page = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn sda() -> VersionedEngineOptions {
+    VersionedEngineOptions::Sda(SdaConfig {
+        buffer_bytes: 16 << 10,
+        level0_entries: 64,
+        block_bytes: 1 << 10,
+        cache_bytes: 16 << 10,
+        ..SdaConfig::default()
+    })
+}
+
+fn cow() -> VersionedEngineOptions {
+    VersionedEngineOptions::Cow(CowConfig {
+        leaf_entries: 64,
+        fanout: 16,
+        cache_bytes: 64 << 10,
+    })
+}
+
+fn versioned_opts(engine: VersionedEngineOptions) -> VersionedOptions {
+    VersionedOptions {
+        engine,
+        durability: Durability::None,
+        ..VersionedOptions::default()
+    }
+}
+
+/// As `two_readers_read_the_device_at_once`, for a versioned dictionary: `keys` keys at the
+/// root version, closed and reopened, then two readers of keys far apart. (The copy-on-write
+/// B-tree checks its counts after every change in debug builds: it gets fewer keys.)
+fn two_versioned_readers_read_the_device_at_once(
+    engine: fn() -> VersionedEngineOptions,
+    keys: u64,
+) {
+    let env = MeetingEnv {
+        sim: SimEnv::new(),
+        data: Mutex::new(None),
+    };
+    let db = VersionedDb::open_in(&env, versioned_opts(engine())).unwrap();
+    for i in 0..keys {
+        db.put_at(ROOT_VERSION, key(i), i.to_le_bytes()).unwrap();
+    }
+    db.close().unwrap();
+    let db = VersionedDb::open_in(&env, versioned_opts(engine())).unwrap();
+    let dev = env.data.lock().unwrap().clone().unwrap();
+    dev.armed.store(true, Ordering::Relaxed);
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let db = &db;
+            s.spawn(move || {
+                let k = (3 + 11 * t) * keys / 20;
+                assert_eq!(
+                    db.get_at(ROOT_VERSION, key(k)).unwrap(),
+                    Some(k.to_le_bytes().to_vec())
+                );
+            });
+        }
+    });
+    assert_eq!(dev.alone.load(Ordering::Relaxed), 0, "a reader read alone");
+    assert!(dev.met.load(Ordering::Relaxed) >= 2, "no two reads met");
+    // Ranges too: two scans' reads meet.
+    dev.met.store(0, Ordering::Relaxed);
+    *dev.arrivals.lock().unwrap() = 0;
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let db = &db;
+            s.spawn(move || {
+                let lo = (6 + 11 * t) * keys / 20;
+                let got: Vec<_> = db
+                    .range_at(ROOT_VERSION, key(lo)..key(lo + 100))
+                    .unwrap()
+                    .map(|e| e.unwrap().0)
+                    .collect();
+                assert_eq!(got, (lo..lo + 100).map(key).collect::<Vec<_>>());
+            });
+        }
+    });
+    assert_eq!(dev.alone.load(Ordering::Relaxed), 0, "a scan read alone");
+    assert!(
+        dev.met.load(Ordering::Relaxed) >= 2,
+        "no two scans' reads met"
+    );
+}
+
+#[test]
+fn two_readers_of_the_sda_read_the_device_at_once() {
+    two_versioned_readers_read_the_device_at_once(sda, 20_000);
+}
+
+#[test]
+fn two_readers_of_the_cow_btree_read_the_device_at_once() {
+    two_versioned_readers_read_the_device_at_once(cow, 3_000);
+}
+
+#[test]
+fn sda_readers_beside_a_writer_see_whole_changes_in_order() {
+    versioned_readers_beside_a_writer_see_whole_changes_in_order(sda, 5_000);
+}
+
+#[test]
+fn cow_readers_beside_a_writer_see_whole_changes_in_order() {
+    versioned_readers_beside_a_writer_see_whole_changes_in_order(cow, 1_000);
+}
+
+/// Four readers beside a writer that, round n, sets 16 hot keys to n one by one in key order,
+/// at the current leaf version, and every 100 rounds clones that leaf and goes on at the clone
+/// (the leaf it leaves is frozen). A reader reads at the newest leaf the writer published:
+/// - a key's value never goes down;
+/// - a range page over the hot keys is one moment's: values n down to n - 1, falling once
+///   at most, in key order (a change is applied whole under the lock);
+/// - a frozen version reads the same at the end as when the reader first saw it frozen;
+/// - after the last round every key has its value, and the pool keeps to its budget.
+///
+/// `cold` keys around the hot ones make reads miss and the pool evict.
+fn versioned_readers_beside_a_writer_see_whole_changes_in_order(
+    engine: fn() -> VersionedEngineOptions,
+    cold: u64,
+) {
+    let env = SimEnv::new();
+    let db = VersionedDb::open_in(
+        &env,
+        VersionedOptions {
+            checkpoint_wal_bytes: 256 << 10,
+            ..versioned_opts(engine())
+        },
+    )
+    .unwrap();
+    for i in 0..cold {
+        db.put_at(ROOT_VERSION, key(i), [7u8; 40]).unwrap();
+    }
+    let hot: Vec<Vec<u8>> = (0..16u64)
+        .map(|i| format!("hot{i:02}").into_bytes())
+        .collect();
+    for k in &hot {
+        db.put_at(ROOT_VERSION, k, 0u64.to_le_bytes()).unwrap();
+    }
+    let rounds = 600u64;
+    let leaf = AtomicU64::new(ROOT_VERSION);
+    let done = AtomicBool::new(false);
+    let value = |got: Option<Vec<u8>>| u64::from_le_bytes(got.unwrap().try_into().unwrap());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut at: Version = ROOT_VERSION;
+            for n in 1..=rounds {
+                if n % 100 == 0 {
+                    at = db.clone_version(at).unwrap();
+                    leaf.store(at, Ordering::Release);
+                }
+                for k in &hot {
+                    db.put_at(at, k, n.to_le_bytes()).unwrap();
+                }
+                db.put_at(at, key(n * 7 % cold), n.to_le_bytes()).unwrap();
+            }
+            done.store(true, Ordering::Release);
+        });
+        for r in 0..4u64 {
+            let (db, hot, done, leaf) = (&db, &hot, &done, &leaf);
+            s.spawn(move || {
+                let mut seen = vec![0u64; hot.len()];
+                let mut frozen: Option<(Version, Page)> = None;
+                let mut last_leaf = ROOT_VERSION;
+                let mut rng = r + 1;
+                let mut reads = 0u64;
+                let page = |v: Version| -> Page {
+                    db.range_at(v, b"hot".to_vec()..b"hou".to_vec())
+                        .unwrap()
+                        .map(|e| e.unwrap())
+                        .collect()
+                };
+                while !done.load(Ordering::Acquire) || reads < 50 {
+                    reads += 1;
+                    let v = leaf.load(Ordering::Acquire);
+                    if v != last_leaf && frozen.is_none() {
+                        frozen = Some((last_leaf, page(last_leaf)));
+                    }
+                    last_leaf = v;
+                    rng = rng
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let i = (rng >> 33) as usize % hot.len();
+                    let got = value(db.get_at(v, &hot[i]).unwrap());
+                    assert!(
+                        got >= seen[i],
+                        "reader {r}: key {i} went from {} to {got}",
+                        seen[i]
+                    );
+                    seen[i] = got;
+                    let c = (rng >> 20) % cold;
+                    assert!(
+                        db.get_at(v, key(c)).unwrap().is_some(),
+                        "reader {r}: key {c}"
+                    );
+                    if reads.is_multiple_of(8) {
+                        let vals: Vec<u64> =
+                            page(v).into_iter().map(|(_, x)| value(Some(x))).collect();
+                        assert_eq!(vals.len(), hot.len(), "reader {r}");
+                        assert!(
+                            vals.windows(2).all(|w| w[0] == w[1] || w[0] == w[1] + 1)
+                                && vals[0] <= vals[hot.len() - 1] + 1,
+                            "reader {r}: a page of many moments: {vals:?}"
+                        );
+                    }
+                }
+                let (v, then) = frozen.expect("the writer cloned while the reader read");
+                assert_eq!(page(v), then, "reader {r}: frozen version {v} changed");
+            });
+        }
+    });
+    let v = leaf.load(Ordering::Acquire);
+    for k in &hot {
+        assert_eq!(
+            db.get_at(v, k).unwrap(),
+            Some(rounds.to_le_bytes().to_vec())
+        );
+    }
+    let m = db.metrics().unwrap();
+    assert!(
+        m.engine.cache.resident_bytes <= m.engine.cache.budget_bytes,
+        "{:?}",
+        m.engine.cache
     );
     db.close().unwrap();
 }

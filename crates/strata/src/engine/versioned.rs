@@ -25,20 +25,23 @@ use crate::storage::{Commit, Device};
 /// second (None: absent).
 pub type DiffEntry = (Vec<u8>, Option<Vec<u8>>, Option<Vec<u8>>);
 
-pub trait VersionedEngine: Send {
-    fn name(&self) -> &'static str;
-    fn versions(&self) -> &VersionTree;
-    /// A new leaf under `v` (which becomes internal); its number is `versions().next_version()`.
-    fn clone_version(&mut self, v: Version) -> Result<Version>;
-    fn put_at(&mut self, v: Version, key: &[u8], value: &[u8]) -> Result<()>;
-    fn delete_at(&mut self, v: Version, key: &[u8]) -> Result<()>;
-    fn get_at(&mut self, v: Version, key: &[u8]) -> Result<Option<Vec<u8>>>;
+/// A versioned engine's reads through `&self` (`VersionedEngine::shared`), so that
+/// `VersionedDb`'s readers run side by side, holding its state shared; writes hold it alone.
+/// What a read keeps for the next (the SDA's heads, block cache and kept runs; the copy-on-write
+/// B-tree's pool) is behind locks of its own, never held across a device read.
+pub trait VersionedReads: Sync {
+    /// The version tree (reads only).
+    fn version_tree(&self) -> &VersionTree;
+    /// Whether memory holds more than its budget: what shared reads could not evict (dirty
+    /// nodes), for `VersionedEngine::settle` to write back.
+    fn over_budget(&self) -> bool;
+    fn get_at_shared(&self, v: Version, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Hand each entry of `v` within (`lo`, `hi`) to `visit`, ascending or (with `reverse`)
     /// descending, until it returns false. The key and value are borrowed from the engine's
     /// own memory (a block, a node, the write buffer): nothing is allocated per entry. A bad
     /// `v` is refused before anything is visited.
-    fn scan_with(
-        &mut self,
+    fn scan_with_shared(
+        &self,
         v: Version,
         lo: Bound<&[u8]>,
         hi: Bound<&[u8]>,
@@ -46,7 +49,67 @@ pub trait VersionedEngine: Send {
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<()>;
     /// Append to `out` up to `limit` entries of `v` within (`lo`, `hi`), ascending or (with
-    /// `reverse`) descending: `scan_with`, copied out.
+    /// `reverse`) descending: `scan_with_shared`, copied out.
+    fn scan_at_shared(
+        &self,
+        v: Version,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        reverse: bool,
+        limit: usize,
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<()> {
+        self.version_tree().check_live(v)?;
+        if limit == 0 {
+            return Ok(());
+        }
+        let mut taken = 0;
+        out.reserve(limit.min(1024));
+        self.scan_with_shared(v, lo, hi, reverse, &mut |k, x| {
+            out.push((k.to_vec(), x.to_vec()));
+            taken += 1;
+            taken < limit
+        })
+    }
+    /// Keys within (`lo`, `hi`) whose values at `v` and `w` differ, ascending.
+    fn diff_shared(
+        &self,
+        v: Version,
+        w: Version,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+    ) -> Result<Vec<DiffEntry>> {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        self.scan_at_shared(v, lo, hi, false, usize::MAX, &mut a)?;
+        self.scan_at_shared(w, lo, hi, false, usize::MAX, &mut b)?;
+        Ok(diff_sorted(a, b))
+    }
+}
+
+/// The reads below are `VersionedReads`' through `shared`, for a caller holding the engine
+/// alone (tests, tools); `VersionedDb` calls `shared` itself.
+pub trait VersionedEngine: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn versions(&self) -> &VersionTree;
+    /// The engine's reads through `&self`.
+    fn shared(&self) -> &dyn VersionedReads;
+    /// A new leaf under `v` (which becomes internal); its number is `versions().next_version()`.
+    fn clone_version(&mut self, v: Version) -> Result<Version>;
+    fn put_at(&mut self, v: Version, key: &[u8], value: &[u8]) -> Result<()>;
+    fn delete_at(&mut self, v: Version, key: &[u8]) -> Result<()>;
+    fn get_at(&mut self, v: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.shared().get_at_shared(v, key)
+    }
+    fn scan_with(
+        &mut self,
+        v: Version,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.shared().scan_with_shared(v, lo, hi, reverse, visit)
+    }
     fn scan_at(
         &mut self,
         v: Version,
@@ -56,22 +119,11 @@ pub trait VersionedEngine: Send {
         limit: usize,
         out: &mut Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<()> {
-        self.versions().check_live(v)?;
-        if limit == 0 {
-            return Ok(());
-        }
-        let mut taken = 0;
-        out.reserve(limit.min(1024));
-        self.scan_with(v, lo, hi, reverse, &mut |k, x| {
-            out.push((k.to_vec(), x.to_vec()));
-            taken += 1;
-            taken < limit
-        })
+        self.shared().scan_at_shared(v, lo, hi, reverse, limit, out)
     }
     /// Delete `v`; what no live version can reach any more is reclaimed (at once or by later
     /// merges, as the engine documents).
     fn delete_version(&mut self, v: Version) -> Result<()>;
-    /// Keys within (`lo`, `hi`) whose values at `v` and `w` differ, ascending.
     fn diff(
         &mut self,
         v: Version,
@@ -79,10 +131,7 @@ pub trait VersionedEngine: Send {
         lo: Bound<&[u8]>,
         hi: Bound<&[u8]>,
     ) -> Result<Vec<DiffEntry>> {
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        self.scan_at(v, lo, hi, false, usize::MAX, &mut a)?;
-        self.scan_at(w, lo, hi, false, usize::MAX, &mut b)?;
-        Ok(diff_sorted(a, b))
+        self.shared().diff_shared(v, w, lo, hi)
     }
     /// As `Engine::begin_checkpoint`: the state now, covering log records up to `wal_seq`.
     fn begin_checkpoint(&mut self, wal_seq: u64) -> Result<Commit>;

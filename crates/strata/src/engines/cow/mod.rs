@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
-use crate::engine::versioned::VersionedEngine;
+use crate::engine::versioned::{VersionedEngine, VersionedReads};
 use crate::engine::versions::{Version, VersionTree, ROOT};
 use crate::engine::{check_reachable, CheckReport, EngineStats};
 use crate::error::{Error, Result};
@@ -305,11 +305,11 @@ impl CowTree {
         Ok(empty)
     }
 
-    fn lookup(&mut self, v: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    fn lookup(&self, v: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.tree.check_live(v)?;
         let mut id = self.roots[&v];
         loop {
-            let pin = self.store.get(id)?;
+            let pin = self.store.get_shared(id)?;
             let next = match &*pin.read() {
                 Node::Leaf(es) => {
                     return Ok(es
@@ -327,14 +327,14 @@ impl CowTree {
     /// direction, borrowed from the pinned nodes (a node is neither copied nor evicted while
     /// the walk is in it); false once `visit` has stopped the scan.
     fn visit_from(
-        &mut self,
+        &self,
         id: NodeId,
         lo: Bound<&[u8]>,
         hi: Bound<&[u8]>,
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<bool> {
-        let pin = self.store.get(id)?;
+        let pin = self.store.get_shared(id)?;
         let node = pin.read();
         match &*node {
             Node::Leaf(es) => {
@@ -456,6 +456,36 @@ impl CowTree {
     }
 }
 
+/// Reads pin nodes through the pool's shared path (`NodeStore::get_shared`): a miss reads
+/// without the pool's lock, and eviction drops clean nodes only; dirty victims wait for
+/// `settle`.
+impl VersionedReads for CowTree {
+    fn version_tree(&self) -> &VersionTree {
+        &self.tree
+    }
+
+    fn over_budget(&self) -> bool {
+        self.store.over_budget()
+    }
+
+    fn get_at_shared(&self, v: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.lookup(v, key)
+    }
+
+    fn scan_with_shared(
+        &self,
+        v: Version,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.tree.check_live(v)?;
+        let root = self.roots[&v];
+        self.visit_from(root, lo, hi, reverse, visit).map(|_| ())
+    }
+}
+
 impl VersionedEngine for CowTree {
     fn name(&self) -> &'static str {
         "cow"
@@ -463,6 +493,10 @@ impl VersionedEngine for CowTree {
 
     fn versions(&self) -> &VersionTree {
         &self.tree
+    }
+
+    fn shared(&self) -> &dyn VersionedReads {
+        self
     }
 
     fn clone_version(&mut self, v: Version) -> Result<Version> {
@@ -484,23 +518,6 @@ impl VersionedEngine for CowTree {
         self.tree.check_writable(v)?;
         self.delete_in(v, key)?;
         self.after_change()
-    }
-
-    fn get_at(&mut self, v: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.lookup(v, key)
-    }
-
-    fn scan_with(
-        &mut self,
-        v: Version,
-        lo: Bound<&[u8]>,
-        hi: Bound<&[u8]>,
-        reverse: bool,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<()> {
-        self.tree.check_live(v)?;
-        let root = self.roots[&v];
-        self.visit_from(root, lo, hi, reverse, visit).map(|_| ())
     }
 
     fn delete_version(&mut self, v: Version) -> Result<()> {

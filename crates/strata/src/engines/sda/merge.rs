@@ -290,12 +290,13 @@ impl Sda {
             // An array of a resident level is cached as written: the small levels are
             // rewritten all the time, and waiting for reads to fill them would keep them cold.
             self.fit_cache();
-            if self.cache.keeps(at) {
+            let cache = self.cache_mut();
+            if cache.keeps(at) {
                 for (i, bytes) in blocks.into_iter().enumerate() {
                     let view = head
                         .block_view(i, bytes)
                         .expect("a block just built parses");
-                    self.cache.admit(id, at, i, Arc::new(view));
+                    cache.admit(id, at, i, Arc::new(view));
                 }
             }
         }
@@ -312,7 +313,7 @@ impl Sda {
     /// device, its head and extent taken now.
     fn source(&mut self, a: &ArrayInfo) -> Result<Source> {
         let head = self.head(a.id)?;
-        if let Some(views) = self.cache.all_of(a.id, head.blocks.len()) {
+        if let Some(views) = self.cache_mut().all_of(a.id, head.blocks.len()) {
             return Ok(Source::Given(
                 views.iter().flat_map(|v| v.to_entries()).collect(),
             ));

@@ -40,6 +40,7 @@
 //! anything else.
 
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -83,7 +84,9 @@ pub(super) struct InFlight {
 /// each cost about as much as the smallest of them.
 pub(super) struct Worker {
     to: Option<Sender<MergeWork>>,
-    from: Receiver<Result<Merged>>,
+    /// Behind a lock only so that the engine is `Sync` (readers share it); the writer alone
+    /// receives, through `&mut`.
+    from: Mutex<Receiver<Result<Merged>>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -103,17 +106,18 @@ impl Worker {
             .map_err(|e| Error::io("start a merge thread", e))?;
         Ok(Worker {
             to: Some(to),
-            from,
+            from: Mutex::new(from),
             thread: Some(thread),
         })
     }
 
     /// The running merge's result: waiting for it, or None if it is not done.
     fn result(&mut self, wait: bool) -> Option<Result<Merged>> {
+        let from = self.from.get_mut().unwrap_or_else(|e| e.into_inner());
         let got = if wait {
-            self.from.recv().map_err(|_| TryRecvError::Disconnected)
+            from.recv().map_err(|_| TryRecvError::Disconnected)
         } else {
-            self.from.try_recv()
+            from.try_recv()
         };
         match got {
             Ok(r) => Some(r),

@@ -55,9 +55,10 @@ pub use config::Config;
 
 use std::collections::HashMap;
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::engine::versioned::VersionedEngine;
+use crate::engine::versioned::{VersionedEngine, VersionedReads};
 use crate::engine::versions::{Version, VersionTree};
 use crate::engine::{CheckReport, EngineStats};
 use crate::error::{Error, Result};
@@ -80,14 +81,19 @@ pub struct Sda {
     buffer: Buffer,
     buffered_bytes: usize,
     levels: Vec<Vec<ArrayInfo>>,
-    /// Heads of arrays read so far (their filter and block index), by id.
-    heads: HashMap<NodeId, Arc<Head>>,
-    /// Memory the heads take (`Head::charge`), kept as they come and go.
-    heads_bytes: usize,
-    /// Blocks range scans read last (`read::Recent`).
-    recent: read::Recent,
+    /// Heads of arrays read so far (their filter and block index), by id, and their memory.
+    /// Readers side by side (`VersionedReads`) share these three; none of their locks is
+    /// held across a device read, and none is taken while another is held.
+    heads: Mutex<Heads>,
+    /// Blocks range scans read last (`read::Recent`). A scan takes them out for its walk and
+    /// puts its own back, so scans side by side each keep their runs while they last; the
+    /// last to finish leaves its runs for the next page.
+    recent: Mutex<read::Recent>,
+    /// Bytes of the runs `recent` held when a scan last put them back (`fit_cache` reads it
+    /// while a scan has them out).
+    recent_bytes: AtomicUsize,
     /// Blocks of the smallest levels, in the memory `cfg.cache_bytes` leaves (`cache`).
-    cache: cache::BlockCache,
+    cache: Mutex<cache::BlockCache>,
     manifest: NodeId,
     next_seq: u64,
     counters: Counters,
@@ -123,6 +129,29 @@ pub struct Sda {
     /// Tests: merges installed with tree changes replayed on them.
     #[cfg(test)]
     replayed: u64,
+}
+
+/// The heads of arrays read so far, and the memory they take (`Head::charge`), kept as they
+/// come and go.
+#[derive(Default)]
+struct Heads {
+    by_id: HashMap<NodeId, Arc<Head>>,
+    bytes: usize,
+}
+
+impl Heads {
+    fn keep(&mut self, id: NodeId, h: Arc<Head>) {
+        self.bytes += h.charge();
+        if let Some(old) = self.by_id.insert(id, h) {
+            self.bytes -= old.charge();
+        }
+    }
+}
+
+/// A lock on state readers share; a reader that panicked left nothing half changed that the
+/// next one cannot use (maps and counters), so a poisoned lock is taken as it is.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What a buffered entry costs against `buffer_bytes`.
@@ -172,10 +201,10 @@ impl Sda {
             buffer: Buffer::default(),
             buffered_bytes: 0,
             levels,
-            heads: HashMap::new(),
-            heads_bytes: 0,
-            recent: read::Recent::default(),
-            cache: cache::BlockCache::default(),
+            heads: Mutex::default(),
+            recent: Mutex::default(),
+            recent_bytes: AtomicUsize::new(0),
+            cache: Mutex::default(),
             manifest,
             next_seq,
             counters,
@@ -218,13 +247,15 @@ impl Sda {
 
     /// Fit the block cache to what the heads and the kept runs leave of `cache_bytes`: the
     /// smallest levels whose arrays all fit stay resident (`cache::resident_levels`).
-    fn fit_cache(&mut self) {
-        let budget = self
-            .cfg
-            .cache_bytes
-            .saturating_sub(self.heads_bytes + self.recent.bytes());
-        self.cache
-            .set_resident(cache::resident_levels(&self.levels, budget as u64));
+    fn fit_cache(&self) {
+        let taken = lock(&self.heads).bytes + self.recent_bytes.load(Relaxed);
+        let budget = self.cfg.cache_bytes.saturating_sub(taken);
+        lock(&self.cache).set_resident(cache::resident_levels(&self.levels, budget as u64));
+    }
+
+    /// The block cache, to a caller holding the engine alone.
+    fn cache_mut(&mut self) -> &mut cache::BlockCache {
+        self.cache.get_mut().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Merge everything into the fewest dense arrays (`merge::compact_all`); what no live
@@ -251,30 +282,65 @@ impl Sda {
     }
 
     /// The head of array `id`, read once and kept.
-    fn head(&mut self, id: NodeId) -> Result<Arc<Head>> {
-        if let Some(h) = self.heads.get(&id) {
+    fn head(&self, id: NodeId) -> Result<Arc<Head>> {
+        if let Some(h) = lock(&self.heads).by_id.get(&id) {
             return Ok(h.clone());
         }
+        // Read without the lock; two readers may both read it, and the first kept stays.
         let h = Arc::new(Head::load(&self.pager, id)?);
-        self.keep_head(id, h.clone());
+        let mut heads = lock(&self.heads);
+        if let Some(kept) = heads.by_id.get(&id) {
+            return Ok(kept.clone());
+        }
+        heads.keep(id, h.clone());
         Ok(h)
     }
 
     fn keep_head(&mut self, id: NodeId, h: Arc<Head>) {
-        self.heads_bytes += h.charge();
-        if let Some(old) = self.heads.insert(id, h) {
-            self.heads_bytes -= old.charge();
-        }
+        self.heads
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .keep(id, h);
     }
 
     /// Forget array `id`: its extent is reused once no durable checkpoint needs it.
     fn free_array(&mut self, id: NodeId) {
-        if let Some(h) = self.heads.remove(&id) {
-            self.heads_bytes -= h.charge();
+        let heads = self.heads.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(h) = heads.by_id.remove(&id) {
+            heads.bytes -= h.charge();
         }
-        self.recent.forget(id);
-        self.cache.forget(id);
+        let recent = self.recent.get_mut().unwrap_or_else(|e| e.into_inner());
+        recent.forget(id);
+        self.recent_bytes.store(recent.bytes(), Relaxed);
+        self.cache_mut().forget(id);
         self.pager.free(id);
+    }
+}
+
+impl VersionedReads for Sda {
+    fn version_tree(&self) -> &VersionTree {
+        &self.tree
+    }
+
+    /// Heads, kept runs and cached blocks stay within `cache_bytes` as reads go (`fit_cache`);
+    /// nothing is left for the writer to evict.
+    fn over_budget(&self) -> bool {
+        false
+    }
+
+    fn get_at_shared(&self, v: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.point(v, key)
+    }
+
+    fn scan_with_shared(
+        &self,
+        v: Version,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        self.scan(v, lo, hi, reverse, visit)
     }
 }
 
@@ -285,6 +351,10 @@ impl VersionedEngine for Sda {
 
     fn versions(&self) -> &VersionTree {
         &self.tree
+    }
+
+    fn shared(&self) -> &dyn VersionedReads {
+        self
     }
 
     fn clone_version(&mut self, v: Version) -> Result<Version> {
@@ -307,21 +377,6 @@ impl VersionedEngine for Sda {
 
     fn delete_at(&mut self, v: Version, key: &[u8]) -> Result<()> {
         self.write(v, key, None)
-    }
-
-    fn get_at(&mut self, v: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.point(v, key)
-    }
-
-    fn scan_with(
-        &mut self,
-        v: Version,
-        lo: Bound<&[u8]>,
-        hi: Bound<&[u8]>,
-        reverse: bool,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<()> {
-        self.scan(v, lo, hi, reverse, visit)
     }
 
     fn delete_version(&mut self, v: Version) -> Result<()> {
@@ -420,6 +475,7 @@ impl VersionedEngine for Sda {
 
     fn stats(&self) -> EngineStats {
         let c = &self.counters;
+        let cache = lock(&self.cache);
         let entries: u64 = self.arrays().map(|a| a.entries).sum();
         EngineStats {
             engine: "sda",
@@ -451,10 +507,10 @@ impl VersionedEngine for Sda {
                 ("stalls", self.stalls),
                 ("paced_merges", self.paced_merges),
                 ("stall_ms", self.stall_nanos / 1_000_000),
-                ("cached_levels", self.cache.resident() as u64),
-                ("cached_bytes", self.cache.bytes() as u64),
-                ("cache_hits", self.cache.hits),
-                ("cache_misses", self.cache.misses),
+                ("cached_levels", cache.resident() as u64),
+                ("cached_bytes", cache.bytes() as u64),
+                ("cache_hits", cache.hits),
+                ("cache_misses", cache.misses),
             ],
             checkpoints: self.pager.last_checkpoint().seq,
             checkpoint_wal_seq: self.pager.last_checkpoint().wal_seq,
@@ -776,7 +832,7 @@ mod tests {
             .map(|k| (k.to_be_bytes().to_vec(), vec![k as u8; 20]))
             .collect();
         for reverse in [false, true] {
-            t.recent = read::Recent::default();
+            *t.recent.get_mut().unwrap() = read::Recent::default();
             let ios = disk.ios();
             let mut got = Vec::new();
             t.scan_at(ROOT, Unbounded, Unbounded, reverse, usize::MAX, &mut got)
@@ -787,7 +843,7 @@ mod tests {
             assert_eq!(got, want);
             assert_eq!((disk.ios() - ios) as usize, runs, "reverse {reverse}");
         }
-        t.recent = read::Recent::default();
+        *t.recent.get_mut().unwrap() = read::Recent::default();
         let ios = disk.ios();
         let mut got: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         loop {
@@ -818,7 +874,7 @@ mod tests {
     fn a_visitor_that_stops_stops_the_scan() {
         let (disk, mut t) = one_array_of_2000_keys();
         for reverse in [false, true] {
-            t.recent = read::Recent::default();
+            *t.recent.get_mut().unwrap() = read::Recent::default();
             let ios = disk.ios();
             let mut seen = Vec::new();
             t.scan_with(ROOT, Unbounded, Unbounded, reverse, &mut |k, x| {

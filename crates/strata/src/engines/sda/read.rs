@@ -24,6 +24,7 @@
 
 use std::cmp::Ordering;
 use std::collections::VecDeque;
+use std::sync::Mutex;
 
 use super::array::BlockView;
 use super::buffer::Writes;
@@ -93,7 +94,7 @@ impl Recent {
     fn block(
         &mut self,
         pager: &Pager,
-        cache: &mut BlockCache,
+        cache: &Mutex<BlockCache>,
         head: &Head,
         (id, level): (NodeId, usize),
         i: usize,
@@ -101,12 +102,14 @@ impl Recent {
         reverse: bool,
         reads: Reads,
     ) -> Result<Arc<BlockView>> {
-        let cached = cache.keeps(level);
-        if cached {
-            if let Some(b) = cache.get(id, i) {
+        let cached = {
+            let mut cache = lock(cache);
+            let cached = cache.keeps(level);
+            if let Some(b) = cached.then(|| cache.get(id, i)).flatten() {
                 return Ok(b);
             }
-        }
+            cached
+        };
         let at = match self.plan(id, i, bound, reverse, reads) {
             Ok(at) => at,
             Err((first, last)) => {
@@ -122,7 +125,7 @@ impl Recent {
         r.blocks[i - r.first] = Some(b.clone());
         if cached {
             let len = head.blocks[i].part.len as usize;
-            cache.admit(id, level, i, Arc::new(b.detached(len)));
+            lock(cache).admit(id, level, i, Arc::new(b.detached(len)));
         }
         Ok(b)
     }
@@ -192,7 +195,7 @@ impl Recent {
     fn prefetch(
         &mut self,
         pager: &Pager,
-        cache: &BlockCache,
+        cache: &Mutex<BlockCache>,
         cursors: &[Cursor],
         reads: Reads,
     ) -> Result<()> {
@@ -200,7 +203,11 @@ impl Recent {
         for c in cursors {
             let (id, level) = c.id;
             let Some(i) = c.next else { continue };
-            if cache.keeps(level) && cache.contains(id, i) {
+            let in_cache = {
+                let cache = lock(cache);
+                cache.keeps(level) && cache.contains(id, i)
+            };
+            if in_cache {
                 continue;
             }
             match self.plan(id, i, c.last, c.reverse, reads) {
@@ -272,7 +279,7 @@ impl Sda {
         out
     }
 
-    pub(super) fn point(&mut self, v: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    pub(super) fn point(&self, v: Version, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.tree.check_live(v)?;
         let ancestry = self.tree.ancestry(v);
         let mut best = None;
@@ -291,13 +298,17 @@ impl Sda {
                 continue;
             }
             let i = head.block_for(key);
-            let cached = self.cache.keeps(level);
-            let block = match cached.then(|| self.cache.get(id, i)).flatten() {
+            let (cached, hit) = {
+                let mut cache = lock(&self.cache);
+                let cached = cache.keeps(level);
+                (cached, cached.then(|| cache.get(id, i)).flatten())
+            };
+            let block = match hit {
                 Some(b) => b,
                 None => {
                     let b = Arc::new(head.read_block(&self.pager, id, i)?);
                     if cached {
-                        self.cache.admit(id, level, i, b.clone());
+                        lock(&self.cache).admit(id, level, i, b.clone());
                     }
                     b
                 }
@@ -316,8 +327,31 @@ impl Sda {
     /// it returns false (`VersionedEngine::scan_with`). Per answer nothing is allocated: the
     /// nearest front key is copied into one buffer reused, and the winning value is handed
     /// over where it lies (a block of a cursor, or the buffer).
+    ///
+    /// The kept runs (`Recent`) are the scan's while it walks: taken out at the start and put
+    /// back at the end, so that scans side by side read without waiting for each other (one
+    /// starting meanwhile finds none kept).
     pub(super) fn scan(
-        &mut self,
+        &self,
+        v: Version,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<()> {
+        let mut recent = std::mem::take(&mut *lock(&self.recent));
+        let walked = self.walk(&mut recent, v, lo, hi, reverse, visit);
+        let bytes = recent.bytes();
+        *lock(&self.recent) = recent;
+        self.recent_bytes
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+        walked
+    }
+
+    /// `scan` with the kept runs in hand.
+    fn walk(
+        &self,
+        recent: &mut Recent,
         v: Version,
         lo: Bound<&[u8]>,
         hi: Bound<&[u8]>,
@@ -349,8 +383,7 @@ impl Sda {
         debug_assert!(cursors.len() <= MAX_LEVELS);
         let ancestry = Ancestry::from(chain);
         let reads = self.reads();
-        // Disjoint borrows: the buffer is read while blocks are read and kept.
-        let (pager, recent, cache) = (&self.pager, &mut self.recent, &mut self.cache);
+        let (pager, cache) = (&self.pager, &self.cache);
         recent.prefetch(pager, cache, &cursors, reads)?;
         // The order keys come in: a key before another in the scan's direction is `first`.
         let first = if reverse {
@@ -673,7 +706,7 @@ impl Cursor {
         &mut self,
         pager: &Pager,
         recent: &mut Recent,
-        cache: &mut BlockCache,
+        cache: &Mutex<BlockCache>,
         reads: Reads,
         ancestry: &Ancestry,
     ) -> Result<bool> {
