@@ -1,6 +1,8 @@
 //! Readers side by side: point reads of one strata database from 1, 2, 4 … threads at once,
 //! and the same beside a writer. Every engine of `Db` reads under a shared lock
-//! (`SharedReads`), so readers overlap their device reads and their CPU.
+//! (`SharedReads`), and so do `VersionedDb`'s (`VersionedReads`), so readers overlap their
+//! device reads and their CPU. A versioned dictionary is read and written at its root
+//! version, one put at a time (it has no batches).
 //!
 //! The database is loaded (random 16-byte keys, 100-byte values, batches of 1,000), closed and
 //! reopened with the cache asked for, so that every setting starts from the same files. Each
@@ -15,7 +17,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use strata::{Db, Durability, LsmConfig, Options, WriteBatch};
+use strata::{
+    CowConfig, Db, Durability, LsmConfig, Options, SdaConfig, VersionedDb, VersionedEngineOptions,
+    VersionedOptions, WriteBatch, ROOT_VERSION,
+};
 
 use crate::gen::{Order, Records, Rng};
 use crate::measure::Latencies;
@@ -41,6 +46,10 @@ pub enum Engine {
     BTree,
     /// The default configuration (leveled).
     Lsm,
+    /// The versioned dictionary's stratified doubling array (the default configuration).
+    Sda,
+    /// The versioned dictionary's copy-on-write B-tree (the default configuration).
+    Cow,
 }
 
 impl Engine {
@@ -49,6 +58,8 @@ impl Engine {
             Engine::BeTree => "strata-betree",
             Engine::BTree => "strata-btree",
             Engine::Lsm => "strata-lsm",
+            Engine::Sda => "strata-sda",
+            Engine::Cow => "strata-cow",
         }
     }
 }
@@ -78,16 +89,90 @@ pub struct Report {
 const KEY: usize = 16;
 const VALUE: usize = 100;
 
-fn options(cfg: &Config) -> Options {
-    let opts = Options::default()
-        .cache_bytes(cfg.cache_bytes as usize)
-        .durability(Durability::None)
-        .expected_keys(cfg.records)
-        .direct_io(cfg.direct_io);
-    match cfg.engine {
-        Engine::BeTree => opts,
-        Engine::BTree => opts.btree(4 << 10),
-        Engine::Lsm => opts.lsm(LsmConfig::default()),
+/// The database under test: a `Db`, or a `VersionedDb` at its root version.
+enum Target {
+    Db(Db),
+    Versioned(VersionedDb),
+}
+
+impl Target {
+    fn open(dir: &Path, cfg: &Config) -> Result<Target> {
+        let cache = cfg.cache_bytes as usize;
+        let db = Options::default()
+            .cache_bytes(cache)
+            .durability(Durability::None)
+            .expected_keys(cfg.records)
+            .direct_io(cfg.direct_io);
+        let versioned = |engine| VersionedOptions {
+            engine,
+            durability: Durability::None,
+            direct_io: cfg.direct_io,
+            ..VersionedOptions::default()
+        };
+        Ok(match cfg.engine {
+            Engine::BeTree => Target::Db(Db::open(dir, db)?),
+            Engine::BTree => Target::Db(Db::open(dir, db.btree(4 << 10))?),
+            Engine::Lsm => Target::Db(Db::open(dir, db.lsm(LsmConfig::default()))?),
+            Engine::Sda => Target::Versioned(VersionedDb::open(
+                dir,
+                versioned(VersionedEngineOptions::Sda(SdaConfig {
+                    cache_bytes: cache,
+                    ..SdaConfig::default()
+                })),
+            )?),
+            Engine::Cow => Target::Versioned(VersionedDb::open(
+                dir,
+                versioned(VersionedEngineOptions::Cow(CowConfig {
+                    cache_bytes: cache,
+                    ..CowConfig::default()
+                })),
+            )?),
+        })
+    }
+
+    /// Records `i` of `which` (the load's values, or the writer's `version` 1), as one batch
+    /// (a `VersionedDb`: one put each).
+    fn write(&self, recs: &Records, which: impl Iterator<Item = u64>, version: u64) -> Result<()> {
+        let (mut k, mut v) = (Vec::new(), Vec::new());
+        let mut batch = WriteBatch::new();
+        for i in which {
+            recs.key(i, &mut k);
+            recs.value_version(i, version, &mut v);
+            match self {
+                Target::Db(_) => {
+                    batch.put(&k, &v);
+                }
+                Target::Versioned(db) => db.put_at(ROOT_VERSION, &k, &v)?,
+            }
+        }
+        if let Target::Db(db) = self {
+            db.write(batch)?;
+        }
+        Ok(())
+    }
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(match self {
+            Target::Db(db) => db.get(key)?,
+            Target::Versioned(db) => db.get_at(ROOT_VERSION, key)?,
+        })
+    }
+
+    /// The data file's device reads so far, and its size.
+    fn data_file(&self) -> Result<(u64, u64)> {
+        let m = match self {
+            Target::Db(db) => db.metrics(),
+            Target::Versioned(db) => db.metrics()?,
+        };
+        Ok((m.data_io.reads, m.data_file_bytes))
+    }
+
+    fn close(self) -> Result<()> {
+        match self {
+            Target::Db(db) => db.close()?,
+            Target::Versioned(db) => db.close()?,
+        }
+        Ok(())
     }
 }
 
@@ -97,16 +182,9 @@ pub fn run(cfg: &Config, dir: &Path, progress: impl Fn(&str)) -> Result<Report> 
     }
     let recs = Records::new(Order::Random, KEY, VALUE, 1, cfg.records)?;
     progress(&format!("loading {} records", cfg.records));
-    let db = Db::open(dir, options(cfg))?;
-    let (mut k, mut v) = (Vec::new(), Vec::new());
+    let db = Target::open(dir, cfg)?;
     for b in (0..cfg.records).step_by(1000) {
-        let mut batch = WriteBatch::new();
-        for i in b..(b + 1000).min(cfg.records) {
-            recs.key(i, &mut k);
-            recs.value(i, &mut v);
-            batch.put(&k, &v);
-        }
-        db.write(batch)?;
+        db.write(&recs, b..(b + 1000).min(cfg.records), 0)?;
     }
     db.close()?;
     let mut report = Report {
@@ -119,32 +197,26 @@ pub fn run(cfg: &Config, dir: &Path, progress: impl Fn(&str)) -> Result<Report> 
     };
     for &threads in &cfg.threads {
         progress(&format!("{threads} readers"));
-        let db = Db::open(dir, options(cfg))?;
-        report.data_bytes = db.metrics().data_file_bytes;
+        let db = Target::open(dir, cfg)?;
+        report.data_bytes = db.data_file()?.1;
         report.points.push(point(&db, &recs, cfg, threads)?);
         db.close()?;
     }
     Ok(report)
 }
 
-fn point(db: &Db, recs: &Records, cfg: &Config, threads: usize) -> Result<Point> {
+fn point(db: &Target, recs: &Records, cfg: &Config, threads: usize) -> Result<Point> {
     let stop = AtomicBool::new(false);
-    let before = db.metrics().data_io.reads;
+    let before = db.data_file()?.0;
     let started = Instant::now();
     let (readers, written) = std::thread::scope(|s| {
         let writer = cfg.writer.then(|| {
             s.spawn(|| -> Result<u64> {
                 let mut rng = Rng::new(0xfeed);
-                let (mut k, mut v, mut n) = (Vec::new(), Vec::new(), 0u64);
+                let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let mut batch = WriteBatch::new();
-                    for _ in 0..100 {
-                        let i = rng.below(cfg.records);
-                        recs.key(i, &mut k);
-                        recs.value_version(i, 1, &mut v);
-                        batch.put(&k, &v);
-                    }
-                    db.write(batch)?;
+                    let which: Vec<u64> = (0..100).map(|_| rng.below(cfg.records)).collect();
+                    db.write(recs, which.into_iter(), 1)?;
                     n += 100;
                 }
                 Ok(n)
@@ -188,7 +260,7 @@ fn point(db: &Db, recs: &Records, cfg: &Config, threads: usize) -> Result<Point>
         Some(w) => w.map_err(|_| "the writer panicked")??,
         None => 0,
     };
-    let device_reads = db.metrics().data_io.reads - before;
+    let device_reads = db.data_file()?.0 - before;
     Ok(Point {
         threads,
         reads,
@@ -217,11 +289,23 @@ mod tests {
     }
 
     /// Every point reads (every loaded key it asks for is there, or the run fails), the
-    /// writer writes when asked, and the database on disk holds the records.
+    /// writer writes when asked, and the database on disk holds the records; for `Db`'s
+    /// default engine and both versioned ones.
     #[test]
     fn every_point_reads_and_the_writer_writes() {
+        for engine in [Engine::BeTree, Engine::Sda, Engine::Cow] {
+            every_point_reads_and_the_writer_writes_in(engine);
+        }
+    }
+
+    fn every_point_reads_and_the_writer_writes_in(engine: Engine) {
         let dir = tempfile::tempdir().unwrap();
-        let r = run(&tiny(vec![1, 2], true), dir.path(), |_| {}).unwrap();
+        let cfg = Config {
+            engine,
+            ..tiny(vec![1, 2], true)
+        };
+        let r = run(&cfg, dir.path(), |_| {}).unwrap();
+        assert_eq!(r.engine, engine.name());
         assert_eq!(r.points.len(), 2);
         for p in &r.points {
             assert!(p.reads > 0 && p.reads_per_s > 0.0, "{p:?}");

@@ -134,7 +134,8 @@ pub struct ReadersArgs {
     /// One writer of batches of 100 random records beside the readers
     #[arg(long)]
     writer: bool,
-    /// Engine: betree (the default engine), btree (4 KiB nodes) or lsm
+    /// Engine: betree (the default engine), btree (4 KiB nodes), lsm, or a versioned
+    /// dictionary read and written at its root version: sda or cow
     #[arg(long, value_name = "ENGINE", default_value = "betree")]
     engine: String,
     /// Read through the OS page cache instead of with O_DIRECT
@@ -156,9 +157,11 @@ fn readers_cmd(a: ReadersArgs) -> Result<ExitCode, Failure> {
         "betree" => readers::Engine::BeTree,
         "btree" => readers::Engine::BTree,
         "lsm" => readers::Engine::Lsm,
+        "sda" => readers::Engine::Sda,
+        "cow" => readers::Engine::Cow,
         other => {
             return Err(Failure::Invalid(format!(
-                "no engine {other:?}: the engines are betree, btree and lsm"
+                "no engine {other:?}: the engines are betree, btree, lsm, sda and cow"
             )))
         }
     };
