@@ -642,12 +642,24 @@ impl VersionedDb {
     }
 
     /// Checkpoint and close. Dropping without closing is safe: the log is replayed on open.
+    ///
+    /// As `Db::close`: when more than a tenth of the data file is holes after the checkpoint
+    /// (the SDA's merges leave their inputs' extents behind, the copy-on-write B-tree its
+    /// shadowed nodes'), the blocks of the file's tail move down into them and a second
+    /// checkpoint shortens the file; the holes left are given back to the file system, so
+    /// the closed database takes about the space its live blocks take.
     pub fn close(self) -> Result<()> {
         let mut st = self.state()?;
         // Merges done first, so that a closed database is settled (a checkpoint does not
         // wait for them).
         st.engine.finish_merges().map_err(|e| self.poisoned(e))?;
         self.checkpoint_locked(&mut st)?;
+        let free = st.engine.stats().free_bytes;
+        let file = st.engine.device().len()?;
+        if free * 10 > file && st.engine.relocate_tail().map_err(|e| self.poisoned(e))? > 0 {
+            self.checkpoint_locked(&mut st)?;
+        }
+        st.engine.release_free().map_err(|e| self.poisoned(e))?;
         // The checkpoint covers every record: the log files' space goes back too.
         self.wal.trim()
     }

@@ -143,6 +143,13 @@ pub trait VersionedEngine: Send + Sync {
     }
     /// Between operations: flush a full write buffer and run the merges due.
     fn settle(&mut self) -> Result<()>;
+    /// Right after a completed checkpoint, when closing: move blocks out of the file's tail
+    /// into the holes below them (`Engine::relocate_tail`), once no merge is running whose
+    /// output could lie in that tail. Returns the bytes moved.
+    fn relocate_tail(&mut self) -> Result<u64>;
+    /// Right after a completed checkpoint, when closing: give the data file's free extents
+    /// back to the file system (`Engine::release_free`). Returns the bytes.
+    fn release_free(&mut self) -> Result<u64>;
     /// Run every merge due, waiting for any running on a thread of its own: what a close
     /// leaves is then settled (the SDA's; an engine without merges has nothing to do).
     fn finish_merges(&mut self) -> Result<()> {

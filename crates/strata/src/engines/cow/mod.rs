@@ -547,6 +547,14 @@ impl VersionedEngine for CowTree {
         self.store.evict_to_budget()
     }
 
+    fn relocate_tail(&mut self) -> Result<u64> {
+        self.store.pager_mut().relocate_tail()
+    }
+
+    fn release_free(&mut self) -> Result<u64> {
+        self.store.pager_mut().release_free()
+    }
+
     fn stats(&self) -> EngineStats {
         let mut s = EngineStats::substrate(&self.store);
         s.engine = "cow";

@@ -457,6 +457,18 @@ impl VersionedEngine for Sda {
         self.merge_due()
     }
 
+    fn relocate_tail(&mut self) -> Result<u64> {
+        // A running merge writes its output into extents it took from the allocator, which
+        // may be in the tail the next checkpoint gives back: it is installed first.
+        self.reap(true)?;
+        self.pager.relocate_tail()
+    }
+
+    fn release_free(&mut self) -> Result<u64> {
+        self.reap(true)?;
+        self.pager.release_free()
+    }
+
     fn settle(&mut self) -> Result<()> {
         if !self.background {
             if self.buffered_bytes >= self.cfg.buffer_bytes {
