@@ -2,7 +2,7 @@
 //! and the same beside a writer. Every engine of `Db` reads under a shared lock
 //! (`SharedReads`), and so do `VersionedDb`'s (`VersionedReads`), so readers overlap their
 //! device reads and their CPU. A versioned dictionary is read and written at its root
-//! version, one put at a time (it has no batches).
+//! version, its batches through `VersionedDb::write_at`.
 //!
 //! The database is loaded (random 16-byte keys, 100-byte values, batches of 1,000), closed and
 //! reopened with the cache asked for, so that every setting starts from the same files. Each
@@ -130,23 +130,18 @@ impl Target {
         })
     }
 
-    /// Records `i` of `which` (the load's values, or the writer's `version` 1), as one batch
-    /// (a `VersionedDb`: one put each).
+    /// Records `i` of `which` (the load's values, or the writer's `version` 1), as one batch.
     fn write(&self, recs: &Records, which: impl Iterator<Item = u64>, version: u64) -> Result<()> {
         let (mut k, mut v) = (Vec::new(), Vec::new());
         let mut batch = WriteBatch::new();
         for i in which {
             recs.key(i, &mut k);
             recs.value_version(i, version, &mut v);
-            match self {
-                Target::Db(_) => {
-                    batch.put(&k, &v);
-                }
-                Target::Versioned(db) => db.put_at(ROOT_VERSION, &k, &v)?,
-            }
+            batch.put(&k, &v);
         }
-        if let Target::Db(db) = self {
-            db.write(batch)?;
+        match self {
+            Target::Db(db) => db.write(batch)?,
+            Target::Versioned(db) => db.write_at(ROOT_VERSION, batch)?,
         }
         Ok(())
     }

@@ -60,6 +60,9 @@ pub enum Error {
         version: u64,
         why: String,
     },
+    /// An operation this database does not have (a versioned database's batch with an upsert
+    /// or a range delete). Nothing was changed.
+    Unsupported(String),
 }
 
 impl Error {
@@ -119,6 +122,7 @@ impl fmt::Display for Error {
                 )
             }
             Error::BadVersion { version, why } => write!(f, "version {version}: {why}"),
+            Error::Unsupported(what) => write!(f, "not supported: {what}"),
         }
     }
 }

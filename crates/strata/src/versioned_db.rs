@@ -2,7 +2,8 @@
 //! owns the write-ahead log and one `VersionedEngine` (the SDA, or the copy-on-write B-tree
 //! baseline) on the same substrate, files and crash protocol as `Db`:
 //!
-//! - every change (a put or delete at a version, a clone, a version delete) is validated first
+//! - every change (a put or delete at a version, a batch of them, a clone, a version delete)
+//!   is validated first
 //!   against the version tree and the key and value limits (bad input changes nothing and
 //!   writes nothing), then, under the state lock, given the next sequence number, appended to
 //!   the log as one record, applied to the engine, and acknowledged once the log is synced
@@ -37,7 +38,7 @@ use crate::engine::{CheckReport, EngineStats};
 use crate::engines::cow::{self, CowTree};
 use crate::engines::sda::{self, Sda};
 use crate::error::{Error, Result};
-use crate::kv::{Paged, MAX_KEY_LEN, MAX_VALUE_LEN};
+use crate::kv::{Op, Paged, WriteBatch, MAX_BATCH_BYTES, MAX_KEY_LEN, MAX_VALUE_LEN};
 use crate::metrics::Metrics;
 use crate::model::Affine;
 use crate::options::Durability;
@@ -99,16 +100,20 @@ enum Change {
     /// The version cloned, and the version the clone made.
     Clone(Version, Version),
     DeleteVersion(Version),
+    /// Puts (Some) and deletes (None) at one version, applied in order, all or none.
+    Batch(Version, Vec<(Vec<u8>, Option<Vec<u8>>)>),
 }
 
 const TAG_PUT: u8 = 1;
 const TAG_DELETE: u8 = 2;
 const TAG_CLONE: u8 = 3;
 const TAG_DELETE_VERSION: u8 = 4;
+const TAG_BATCH: u8 = 5;
 
 impl Change {
     /// `tag u8 | version u64 | put: key, value length u32, value | delete: key | clone: new
-    /// version u64 | version delete: nothing` (keys: length u16, bytes).
+    /// version u64 | version delete: nothing | batch: count u32, per change: tag u8 (1 put,
+    /// 2 delete), key, a put's value length u32 and value` (keys: length u16, bytes).
     fn encode(&self) -> Vec<u8> {
         let mut w = Writer::new();
         match self {
@@ -128,6 +133,19 @@ impl Change {
             Change::DeleteVersion(v) => {
                 w.u8(TAG_DELETE_VERSION).u64(*v);
             }
+            Change::Batch(v, ops) => {
+                w.u8(TAG_BATCH).u64(*v).u32(ops.len() as u32);
+                for (k, val) in ops {
+                    match val {
+                        Some(val) => {
+                            w.u8(TAG_PUT).key(k).u32(val.len() as u32).bytes(val);
+                        }
+                        None => {
+                            w.u8(TAG_DELETE).key(k);
+                        }
+                    }
+                }
+            }
         }
         w.finish()
     }
@@ -145,6 +163,25 @@ impl Change {
             TAG_DELETE => Change::Delete(v, r.key()?.to_vec()),
             TAG_CLONE => Change::Clone(v, r.u64()?),
             TAG_DELETE_VERSION => Change::DeleteVersion(v),
+            TAG_BATCH => {
+                let n = r.u32()? as usize;
+                // Each change takes at least 3 bytes: a count beyond them is damage.
+                let mut ops = Vec::with_capacity(n.min(p.len() / 3));
+                for _ in 0..n {
+                    let tag = r.u8()?;
+                    let k = r.key()?.to_vec();
+                    let val = match tag {
+                        TAG_PUT => {
+                            let n = r.u32()? as usize;
+                            Some(r.bytes(n)?.to_vec())
+                        }
+                        TAG_DELETE => None,
+                        t => return Err(format!("unknown change {t} in a versioned batch")),
+                    };
+                    ops.push((k, val));
+                }
+                Change::Batch(v, ops)
+            }
             t => return Err(format!("unknown versioned change {t}")),
         };
         r.finish()?;
@@ -179,6 +216,27 @@ impl Change {
                 tree.check_writable(*v)
             }
             Change::Clone(v, _) | Change::DeleteVersion(v) => tree.check_live(*v),
+            Change::Batch(v, ops) => {
+                let mut bytes = 0;
+                for (k, val) in ops {
+                    key_ok(k)?;
+                    let len = val.as_ref().map_or(0, Vec::len);
+                    if len > MAX_VALUE_LEN {
+                        return Err(Error::ValueTooLarge {
+                            len,
+                            max: MAX_VALUE_LEN,
+                        });
+                    }
+                    bytes += 7 + k.len() + len;
+                }
+                if bytes + 13 > MAX_BATCH_BYTES {
+                    return Err(Error::BatchTooLarge {
+                        len: bytes + 13,
+                        max: MAX_BATCH_BYTES,
+                    });
+                }
+                tree.check_writable(*v)
+            }
         }
     }
 
@@ -198,6 +256,15 @@ impl Change {
                 Ok(Some(w))
             }
             Change::DeleteVersion(v) => engine.delete_version(*v).map(|_| None),
+            Change::Batch(v, ops) => {
+                for (k, val) in ops {
+                    match val {
+                        Some(val) => engine.put_at(*v, k, val)?,
+                        None => engine.delete_at(*v, k)?,
+                    }
+                }
+                Ok(None)
+            }
         }
     }
 }
@@ -489,6 +556,31 @@ impl VersionedDb {
         self.change(|_| Change::Delete(v, k)).map(|_| ())
     }
 
+    /// Apply `batch`'s puts and deletes at leaf version `v` as one change: one log record, one
+    /// sync (with `Durability::Sync`), applied in order, and after a crash there all or not at
+    /// all. Readers see it whole. A batch with an upsert or a range delete is refused
+    /// (`Error::Unsupported`: the versioned engines have neither), as is one that breaks a
+    /// key or value limit, before anything is written; an empty batch changes nothing.
+    pub fn write_at(&self, v: Version, batch: WriteBatch) -> Result<()> {
+        let mut ops = Vec::with_capacity(batch.len());
+        for op in batch.into_ops() {
+            ops.push(match op {
+                Op::Put { key, value } => (key, Some(value)),
+                Op::Delete { key } => (key, None),
+                Op::Upsert { .. } | Op::DeleteRange { .. } => {
+                    return Err(Error::Unsupported(
+                        "a versioned database's batches take puts and deletes only".into(),
+                    ))
+                }
+            });
+        }
+        if ops.is_empty() {
+            // Still refused at a version no write may go to, as any write.
+            return self.reading()?.engine.versions().check_writable(v);
+        }
+        self.change(|_| Change::Batch(v, ops)).map(|_| ())
+    }
+
     /// Delete version `v`: it can no longer be read or written; what no live version reads is
     /// reclaimed (docs/versioned.md says when).
     pub fn delete_version(&self, v: Version) -> Result<()> {
@@ -750,9 +842,19 @@ mod tests {
         );
         let clone = Change::Clone(1, 5);
         assert_eq!(hex(&clone), "0301000000000000000500000000000000");
+        let batch = Change::Batch(
+            7,
+            vec![(b"k".to_vec(), Some(b"v".to_vec())), (b"j".to_vec(), None)],
+        );
+        assert_eq!(
+            hex(&batch),
+            "05 0700000000000000 02000000 01 0100 6b 01000000 76 02 0100 6a".replace(' ', "")
+        );
         for c in [
             put,
             clone,
+            batch,
+            Change::Batch(2, Vec::new()),
             Change::Delete(3, b"".to_vec()),
             Change::DeleteVersion(4),
         ] {
@@ -760,5 +862,12 @@ mod tests {
         }
         assert!(Change::decode(&[9, 0, 0, 0, 0, 0, 0, 0, 0]).is_err());
         assert!(Change::decode(&[TAG_DELETE_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 1]).is_err());
+        // A batch that claims more changes than it holds, or a change of an unknown kind.
+        let mut short = Change::Batch(1, vec![(b"k".to_vec(), None)]).encode();
+        short[9] = 2;
+        assert!(Change::decode(&short).is_err());
+        let mut odd = Change::Batch(1, vec![(b"k".to_vec(), None)]).encode();
+        odd[13] = 9;
+        assert!(Change::decode(&odd).is_err());
     }
 }

@@ -23,7 +23,7 @@ use proptest::prelude::*;
 use strata::storage::SimEnv;
 use strata::{
     CowConfig, Db, Durability, Error, Options, SdaConfig, Version, VersionInfo, VersionedDb,
-    VersionedEngineOptions, VersionedMap, VersionedOptions, ROOT_VERSION,
+    VersionedEngineOptions, VersionedMap, VersionedOptions, WriteBatch, ROOT_VERSION,
 };
 
 /// The two engines behind `VersionedDb`.
@@ -61,6 +61,8 @@ enum Step {
     /// step runs.
     Put(usize, u8, u16),
     Delete(usize, u8),
+    /// Puts (a value's seed) and deletes (None) at one version, as one change (`write_at`).
+    Batch(usize, Vec<(u8, Option<u16>)>),
     Clone(usize),
     DeleteVersion(usize),
     Get(usize, u8),
@@ -84,6 +86,11 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         30 => (v.clone(), 0..24u8, any::<u16>()).prop_map(|(v, k, x)| Step::Put(v, k, x)),
         8 => (v.clone(), 0..24u8).prop_map(|(v, k)| Step::Delete(v, k)),
+        5 => (
+            v.clone(),
+            proptest::collection::vec((0..24u8, proptest::option::of(any::<u16>())), 0..6)
+        )
+            .prop_map(|(v, ops)| Step::Batch(v, ops)),
         6 => v.clone().prop_map(Step::Clone),
         3 => v.clone().prop_map(Step::DeleteVersion),
         10 => (v.clone(), 0..24u8).prop_map(|(v, k)| Step::Get(v, k)),
@@ -177,11 +184,16 @@ fn run(kind: Kind, steps: Vec<Step>, durability: Durability) -> Result<(), TestC
         let live: Vec<Version> = m.versions().live().collect();
         let pick = |x: usize| live[x % live.len()];
         match s {
-            Step::Put(..) | Step::Delete(..) | Step::Clone(..) | Step::DeleteVersion(..) => {
+            Step::Put(..)
+            | Step::Delete(..)
+            | Step::Batch(..)
+            | Step::Clone(..)
+            | Step::DeleteVersion(..) => {
                 // Resolve the version, then apply to both; keep what the reference accepted.
                 let r = match s {
                     Step::Put(v, k, x) => Step::Put(pick(v) as usize, k, x),
                     Step::Delete(v, k) => Step::Delete(pick(v) as usize, k),
+                    Step::Batch(v, ops) => Step::Batch(pick(v) as usize, ops),
                     Step::Clone(v) => Step::Clone(pick(v) as usize),
                     // Keep one live version, so that the run goes on.
                     Step::DeleteVersion(_) if live.len() < 2 => continue,
@@ -371,6 +383,19 @@ fn each_bad_versions_are_refused_and_change_nothing(kind: Kind) {
     // The root was cloned: internal, read-only.
     is_bad(db.put_at(ROOT_VERSION, "a", "2"), ROOT_VERSION, "internal");
     is_bad(db.delete_at(ROOT_VERSION, "a"), ROOT_VERSION, "internal");
+    let mut b = WriteBatch::new();
+    b.put("a", "2").delete("b");
+    is_bad(
+        db.write_at(ROOT_VERSION, b.clone()),
+        ROOT_VERSION,
+        "internal",
+    );
+    is_bad(
+        db.write_at(ROOT_VERSION, WriteBatch::new()),
+        ROOT_VERSION,
+        "internal",
+    );
+    is_bad(db.write_at(77, b), 77, "no such version");
     // Never made.
     is_bad(db.put_at(77, "a", "2"), 77, "no such version");
     is_bad(db.get_at(77, "a").map(|_| ()), 77, "no such version");
@@ -406,12 +431,40 @@ fn each_bad_versions_are_refused_and_change_nothing(kind: Kind) {
         "a bad version is refused before anything is visited"
     );
     is_bad(db.delete_version(child), child, "deleted");
-    // Too large a key.
+    // Too large a key; a batch whose second change is bad, or which asks for what a versioned
+    // database does not have, is refused whole (its first put is not applied either).
     let other = db.clone_version(ROOT_VERSION).unwrap();
     assert!(matches!(
         db.put_at(other, vec![0u8; 5000], "v"),
         Err(Error::KeyTooLarge { .. })
     ));
+    let mut b = WriteBatch::new();
+    b.put("a", "3").put(vec![0u8; 5000], "v");
+    assert!(matches!(
+        db.write_at(other, b),
+        Err(Error::KeyTooLarge { .. })
+    ));
+    let mut b = WriteBatch::new();
+    b.put("a", "3")
+        .put("c", vec![0u8; strata::MAX_VALUE_LEN + 1]);
+    assert!(matches!(
+        db.write_at(other, b),
+        Err(Error::ValueTooLarge { .. })
+    ));
+    for bad in [
+        WriteBatch::new().put("a", "3").upsert("a", "x").clone(),
+        WriteBatch::new()
+            .put("a", "3")
+            .delete_range("a", "b")
+            .clone(),
+    ] {
+        let got = db.write_at(other, bad);
+        assert!(
+            matches!(&got, Err(Error::Unsupported(w)) if w.contains("puts and deletes")),
+            "{got:?}"
+        );
+    }
+    assert_eq!(db.get_at(other, "a").unwrap(), Some(b"1".to_vec()));
     assert_eq!(db.data_io().writes, io_before.writes, "nothing written");
     assert_eq!(db.get_at(ROOT_VERSION, "a").unwrap(), Some(b"1".to_vec()));
     // Nothing refused reached the log either: a reopen replays the same state.
@@ -572,7 +625,18 @@ fn random_change(rng: &mut u64, m: &VersionedMap) -> Step {
     }
     let leaf = leaves[(r >> 8) as usize % leaves.len()];
     match r % 100 {
-        0..=69 => Step::Put(leaf as usize, (r >> 20) as u8 % 24, (r >> 32) as u16),
+        0..=59 => Step::Put(leaf as usize, (r >> 20) as u8 % 24, (r >> 32) as u16),
+        60..=69 => {
+            // Up to four changes, a put or a delete each, from the draw's upper bits.
+            let ops = (0..1 + (r >> 60) % 4)
+                .map(|i| {
+                    let bits = r >> (20 + 10 * i);
+                    let put = bits & 1 == 0;
+                    ((bits >> 1) as u8 % 24, put.then_some((bits >> 5) as u16))
+                })
+                .collect();
+            Step::Batch(leaf as usize, ops)
+        }
         70..=84 => Step::Delete(leaf as usize, (r >> 20) as u8 % 24),
         85..=95 => Step::Clone(leaf as usize),
         _ if m.versions().live().count() > 2 => Step::DeleteVersion(leaf as usize),
@@ -585,10 +649,36 @@ fn apply_db(db: &VersionedDb, s: &Step) -> strata::Result<()> {
     match *s {
         Step::Put(v, k, x) => db.put_at(v as u64, key(k), value(x)),
         Step::Delete(v, k) => db.delete_at(v as u64, key(k)),
+        Step::Batch(v, ref ops) => db.write_at(v as u64, batch(ops)),
         Step::Clone(v) => db.clone_version(v as u64).map(|_| ()),
         Step::DeleteVersion(v) => db.delete_version(v as u64),
         _ => unreachable!("changes only"),
     }
+}
+
+/// A batch's changes as a `WriteBatch`.
+fn batch(ops: &[(u8, Option<u16>)]) -> WriteBatch {
+    let mut b = WriteBatch::new();
+    for &(k, x) in ops {
+        match x {
+            Some(x) => b.put(key(k), value(x)),
+            None => b.delete(key(k)),
+        };
+    }
+    b
+}
+
+/// A batch applied to the reference: refused whole at a version no write may go to, else
+/// its changes in order.
+fn batch_model(m: &mut VersionedMap, v: Version, ops: &[(u8, Option<u16>)]) -> strata::Result<()> {
+    m.versions().check_writable(v)?;
+    for &(k, x) in ops {
+        match x {
+            Some(x) => m.put_at(v, &key(k), &value(x))?,
+            None => m.delete_at(v, &key(k))?,
+        }
+    }
+    Ok(())
 }
 
 /// Versions of `gone` that the reference now refuses (after a power loss that took back
@@ -605,6 +695,7 @@ fn try_model(m: &mut VersionedMap, s: &Step) -> strata::Result<()> {
     match *s {
         Step::Put(v, k, x) => m.put_at(v as u64, &key(k), &value(x)),
         Step::Delete(v, k) => m.delete_at(v as u64, &key(k)),
+        Step::Batch(v, ref ops) => batch_model(m, v as u64, ops),
         Step::Clone(v) => m.clone_version(v as u64).map(|_| ()),
         Step::DeleteVersion(v) => m.delete_version(v as u64),
         _ => unreachable!("changes only"),
@@ -615,6 +706,7 @@ fn apply_model(m: &mut VersionedMap, s: &Step) {
     match *s {
         Step::Put(v, k, x) => m.put_at(v as u64, &key(k), &value(x)).unwrap(),
         Step::Delete(v, k) => m.delete_at(v as u64, &key(k)).unwrap(),
+        Step::Batch(v, ref ops) => batch_model(m, v as u64, ops).unwrap(),
         Step::Clone(v) => {
             m.clone_version(v as u64).unwrap();
         }

@@ -21,5 +21,6 @@ pub use bounds::{above_lo, below_hi, next_cursor, within, Paged};
 pub use filter::Filter;
 pub use keys::{head, shortest_separator, Keys};
 pub use merge::{merge_operator, require_merge, AddU64, Append, MergeOperator};
+pub(crate) use ops::MAX_BATCH_BYTES;
 pub use ops::{Op, WriteBatch, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use value::{free_blob, read_value, write_blob, Val};
