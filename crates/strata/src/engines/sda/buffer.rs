@@ -87,6 +87,30 @@ impl Buffer {
         }
     }
 
+    /// The versions with writes here.
+    pub fn versions(&self) -> impl Iterator<Item = Version> + '_ {
+        self.by_version.keys().copied()
+    }
+
+    /// Every write, as entries in `Entry::order`, copied out (the buffer is shared with reads:
+    /// a frozen buffer's flush, `flusher`).
+    pub fn entries(&self) -> Vec<Entry> {
+        let mut out: Vec<Entry> = self
+            .by_version
+            .iter()
+            .flat_map(|(&version, m)| {
+                m.iter().map(move |(key, (seq, value))| Entry {
+                    key: key.clone(),
+                    version,
+                    seq: *seq,
+                    value: value.clone(),
+                })
+            })
+            .collect();
+        out.sort_unstable_by(|x, y| x.order(y));
+        out
+    }
+
     /// Every write, as entries in `Entry::order`, the buffer left empty.
     pub fn take(&mut self) -> Vec<Entry> {
         let by_version = std::mem::take(&mut self.by_version);

@@ -32,23 +32,40 @@ use crate::storage::{BlockSink, Extent, Sealed};
 impl Sda {
     /// Write the buffer out as arrays.
     pub(super) fn flush(&mut self) -> Result<()> {
+        debug_assert!(
+            self.frozen.is_none(),
+            "a flush before the one frozen is installed"
+        );
+        let w_set = self.w_set_of(self.buffer.versions());
         let entries = self.buffer.take();
         self.buffered_bytes = 0;
-        let written: BTreeSet<Version> = entries.iter().map(|e| e.version).collect();
+        self.counters.flushes += 1;
+        self.write_pieces(&entries, &w_set, 0)?;
+        Ok(())
+    }
+
+    /// The W of a flush of the writes of `written`: every live version that reads them.
+    pub(super) fn w_set_of(&self, written: impl Iterator<Item = Version>) -> Vec<Version> {
         let mut w_set = BTreeSet::new();
         for x in written {
             w_set.extend(self.tree.live_subtree(x));
         }
-        let w_set: Vec<Version> = w_set.into_iter().collect();
-        self.counters.flushes += 1;
-        self.write_pieces(&entries, &w_set, 0)?;
-        Ok(())
+        w_set.into_iter().collect()
+    }
+
+    /// The version tree as it is now, shared with work on the engine's threads (one copy
+    /// until the tree next changes).
+    pub(super) fn tree_now(&mut self) -> Arc<VersionTree> {
+        self.tree_copy
+            .get_or_insert_with(|| Arc::new(self.tree.clone()))
+            .clone()
     }
 
     /// Merge intersecting arrays, lowest level first, until the levels are stratified, then
     /// rewrite the arrays version deletes left with too much unreachable: here, on the writer,
     /// or with merges on their own thread, on both (`settle_both`).
     pub(super) fn merge_due(&mut self) -> Result<()> {
+        self.reap_flush(true)?;
         if self.background {
             self.settle_both()?;
             debug_assert!(policy::stratified(&self.levels), "levels not stratified");
@@ -112,10 +129,7 @@ impl Sda {
         Ok(MergeWork {
             inputs,
             w_set,
-            tree: self
-                .tree_copy
-                .get_or_insert_with(|| Arc::new(self.tree.clone()))
-                .clone(),
+            tree: self.tree_now(),
             outside,
             cfg: self.cfg,
             encoding: self.encoding,
@@ -169,7 +183,18 @@ impl Sda {
         self.counters.merges += 1;
         self.counters.dropped += merged.hidden;
         self.dropped_tombstones += merged.tombstones;
-        let mut cut = merged.cut;
+        self.install_cut(level, merged.cut, events)
+    }
+
+    /// Put arrays made on a thread of their own (a merge's, a flush's) in the levels at
+    /// `level` or above, after replaying on their W the version-tree changes made since the
+    /// work began (`events`, oldest first).
+    pub(super) fn install_cut(
+        &mut self,
+        level: usize,
+        mut cut: Cut,
+        events: &[TreeEvent],
+    ) -> Result<()> {
         if !events.is_empty() {
             #[cfg(test)]
             {
@@ -496,7 +521,14 @@ pub(super) struct Merged {
 impl Merged {
     /// Give the arrays back unwritten to the table (a merge never installed).
     pub(super) fn discard(self, sink: &BlockSink) {
-        for m in self.cut.made {
+        self.cut.discard(sink)
+    }
+}
+
+impl Cut {
+    /// Give the arrays back unwritten to the table (never installed).
+    pub(super) fn discard(self, sink: &BlockSink) {
+        for m in self.made {
             sink.discard(m.ext);
         }
     }

@@ -79,31 +79,32 @@ pub(super) struct InFlight {
     done: Option<Result<Merged>>,
 }
 
-/// The merge thread, started with the first merge and kept: most merges are small (levels 0
-/// and 1 hold hundreds of arrays with hundreds of leaf versions), and a thread started for
-/// each cost about as much as the smallest of them.
-pub(super) struct Worker {
-    to: Option<Sender<MergeWork>>,
+/// A thread of the engine's own that runs jobs one at a time, in order: the merge thread and
+/// the flush thread (`flusher`), each started with its first job and kept. Most merges are
+/// small (levels 0 and 1 hold hundreds of arrays with hundreds of leaf versions), and a thread
+/// started for each cost about as much as the smallest of them.
+pub(super) struct Worker<J, R> {
+    to: Option<Sender<J>>,
     /// Behind a lock only so that the engine is `Sync` (readers share it); the writer alone
     /// receives, through `&mut`.
-    from: Mutex<Receiver<Result<Merged>>>,
+    from: Mutex<Receiver<Result<R>>>,
     thread: Option<JoinHandle<()>>,
 }
 
-impl Worker {
-    fn start() -> Result<Worker> {
-        let (to, jobs) = channel::<MergeWork>();
+impl<J: Send + 'static, R: Send + 'static> Worker<J, R> {
+    pub(super) fn start(name: &str, run: fn(J) -> Result<R>) -> Result<Worker<J, R>> {
+        let (to, jobs) = channel::<J>();
         let (done, from) = channel();
         let thread = std::thread::Builder::new()
-            .name("strata-sda-merge".into())
+            .name(name.into())
             .spawn(move || {
-                for work in jobs {
-                    if done.send(work.run()).is_err() {
+                for job in jobs {
+                    if done.send(run(job)).is_err() {
                         return;
                     }
                 }
             })
-            .map_err(|e| Error::io("start a merge thread", e))?;
+            .map_err(|e| Error::io(format!("start thread {name}"), e))?;
         Ok(Worker {
             to: Some(to),
             from: Mutex::new(from),
@@ -111,8 +112,17 @@ impl Worker {
         })
     }
 
-    /// The running merge's result: waiting for it, or None if it is not done.
-    fn result(&mut self, wait: bool) -> Option<Result<Merged>> {
+    /// Hand the thread a job.
+    pub(super) fn send(&mut self, job: J) {
+        self.to
+            .as_ref()
+            .expect("taken only at drop")
+            .send(job)
+            .unwrap_or_else(|_| unreachable!("the thread lives as long as the worker"));
+    }
+
+    /// The running job's result: waiting for it, or None if it is not done.
+    pub(super) fn result(&mut self, wait: bool) -> Option<Result<R>> {
         let from = self.from.get_mut().unwrap_or_else(|e| e.into_inner());
         let got = if wait {
             from.recv().map_err(|_| TryRecvError::Disconnected)
@@ -122,19 +132,19 @@ impl Worker {
         match got {
             Ok(r) => Some(r),
             Err(TryRecvError::Empty) => None,
-            // The thread is gone with the merge: it panicked; so does the writer.
+            // The thread is gone with the job: it panicked; so does the writer.
             Err(TryRecvError::Disconnected) => {
                 let thread = self.thread.take().expect("joined only here or at drop");
                 match thread.join() {
                     Err(panic) => std::panic::resume_unwind(panic),
-                    Ok(()) => unreachable!("the merge thread ends only when the writer does"),
+                    Ok(()) => unreachable!("the thread ends only when the writer does"),
                 }
             }
         }
     }
 }
 
-impl Drop for Worker {
+impl<J, R> Drop for Worker<J, R> {
     fn drop(&mut self) {
         drop(self.to.take());
         if let Some(t) = self.thread.take() {
@@ -148,6 +158,7 @@ impl Sda {
     /// due to the thread if none runs. When nothing is due or running, rewrite inline what
     /// version deletes left unreachable (rare): the levels are then settled.
     pub(super) fn merge_step(&mut self) -> Result<()> {
+        self.reap_flush(false)?;
         self.reap(false)?;
         if !self.unsettled || self.inflight.is_some() {
             return Ok(());
@@ -217,6 +228,8 @@ impl Sda {
     /// Run every merge due, the thread taking the next one while the writer runs those that
     /// do not take its inputs, until the levels are stratified and nothing runs.
     pub(super) fn settle_both(&mut self) -> Result<()> {
+        // The frozen buffer's arrays first: they are what the levels must take in.
+        self.reap_flush(true)?;
         loop {
             self.merge_step()?;
             if !self.unsettled {
@@ -237,13 +250,9 @@ impl Sda {
         let (a, b) = (self.levels[level][i].clone(), self.levels[level][j].clone());
         let work = self.merge_work(&a, &b)?;
         if self.worker.is_none() {
-            self.worker = Some(Worker::start()?);
+            self.worker = Some(Worker::start("strata-sda-merge", MergeWork::run)?);
         }
-        let w = self.worker.as_mut().expect("started above");
-        w.to.as_ref()
-            .expect("taken only at drop")
-            .send(work)
-            .unwrap_or_else(|_| unreachable!("the merge thread lives as long as the worker"));
+        self.worker.as_mut().expect("started above").send(work);
         self.inflight = Some(InFlight {
             level,
             inputs: [a.id, b.id],
@@ -285,9 +294,12 @@ impl Sda {
         Ok(true)
     }
 
-    /// Record a version-tree change for the running merge, if any.
+    /// Record a version-tree change for the running merge and the running flush, if any.
     pub(super) fn tree_changed(&mut self, e: TreeEvent) {
         if let Some(f) = &mut self.inflight {
+            f.events.push(e);
+        }
+        if let Some(f) = &mut self.frozen {
             f.events.push(e);
         }
     }

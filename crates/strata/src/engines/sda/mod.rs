@@ -30,11 +30,14 @@
 //! the thread, a checkpoint does not wait for merges: its manifest may hold a level's arrays
 //! whose W meet (a running merge's inputs, or a pair not merged yet), which the next open
 //! merges; `finish_merges` (a close) runs them all first. Inline, a checkpoint runs every
-//! merge due first. Files, one concern each: `config`, `format`
+//! merge due first. With the thread, a full buffer is flushed on a thread of its own too,
+//! frozen and read beside the next one until its arrays are in (`flusher`); a checkpoint
+//! waits for that flush. Files, one concern each: `config`, `format`
 //! (metadata and manifest), `array` (an array on disk, its builder, its blocks parsed in
 //! place), `buffer` (the write buffer, by version), `policy` (levels, merges, liveness,
 //! splits: pure), `merge` (flush and merge IO, a merge's work owned so it can run anywhere),
-//! `merger` (merges on their own thread), `read` (point and range queries), `cache` (the
+//! `merger` (merges on their own thread), `flusher` (flushes on theirs), `read` (point and
+//! range queries), `cache` (the
 //! block cache of the smallest levels), `check`, `dump`, `salvage` (the tolerant read and
 //! the import a salvage makes).
 
@@ -44,6 +47,7 @@ mod cache;
 mod check;
 mod config;
 mod dump;
+mod flusher;
 mod format;
 mod merge;
 mod merger;
@@ -112,8 +116,15 @@ pub struct Sda {
     /// than many of the merges.
     tree_copy: Option<Arc<VersionTree>>,
     /// The merge thread, and the merge running on it.
-    worker: Option<merger::Worker>,
+    worker: Option<merger::Worker<merge::MergeWork, merge::Merged>>,
     inflight: Option<merger::InFlight>,
+    /// The flush thread, and the buffer it is flushing (`flusher`).
+    flusher: Option<merger::Worker<flusher::FlushWork, merge::Cut>>,
+    frozen: Option<flusher::Frozen>,
+    /// Flushes run on their own thread, and the freezes that waited for the one before.
+    background_flushes: u64,
+    flush_waits: u64,
+    flush_wait_nanos: u64,
     /// Merges run on their own thread, and the flushes that waited for merges (`merger`).
     background_merges: u64,
     stalls: u64,
@@ -214,6 +225,11 @@ impl Sda {
             tree_copy: None,
             worker: None,
             inflight: None,
+            flusher: None,
+            frozen: None,
+            background_flushes: 0,
+            flush_waits: 0,
+            flush_wait_nanos: 0,
             background_merges: 0,
             stalls: 0,
             paced_merges: 0,
@@ -420,6 +436,8 @@ impl VersionedEngine for Sda {
     }
 
     fn begin_checkpoint(&mut self, wal_seq: u64) -> Result<Commit> {
+        // The manifest must hold every write the checkpoint covers: the frozen buffer's too.
+        self.reap_flush(true)?;
         if !self.buffer.is_empty() {
             self.flush()?;
             self.lag += 1;
@@ -458,14 +476,16 @@ impl VersionedEngine for Sda {
     }
 
     fn relocate_tail(&mut self) -> Result<u64> {
-        // A running merge writes its output into extents it took from the allocator, which
-        // may be in the tail the next checkpoint gives back: it is installed first.
+        // A running merge or flush writes its output into extents it took from the allocator,
+        // which may be in the tail the next checkpoint gives back: it is installed first.
         self.reap(true)?;
+        self.reap_flush(true)?;
         self.pager.relocate_tail()
     }
 
     fn release_free(&mut self) -> Result<u64> {
         self.reap(true)?;
+        self.reap_flush(true)?;
         self.pager.release_free()
     }
 
@@ -478,7 +498,7 @@ impl VersionedEngine for Sda {
         }
         if self.buffered_bytes >= self.cfg.buffer_bytes {
             self.before_flush()?;
-            self.flush()?;
+            self.flush_in_background()?;
             self.lag += 1;
         }
         self.merge_step()?;
@@ -516,6 +536,9 @@ impl VersionedEngine for Sda {
                 ("merge_read_bytes", c.merge_read_bytes),
                 ("merge_write_bytes", c.merge_write_bytes),
                 ("background_merges", self.background_merges),
+                ("background_flushes", self.background_flushes),
+                ("flush_waits", self.flush_waits),
+                ("flush_wait_ms", self.flush_wait_nanos / 1_000_000),
                 ("stalls", self.stalls),
                 ("paced_merges", self.paced_merges),
                 ("stall_ms", self.stall_nanos / 1_000_000),
@@ -549,6 +572,7 @@ impl VersionedEngine for Sda {
 
 impl Drop for Sda {
     fn drop(&mut self) {
+        self.abandon_flush();
         self.abandon_merge();
     }
 }

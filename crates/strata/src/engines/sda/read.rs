@@ -283,10 +283,17 @@ impl Sda {
         self.tree.check_live(v)?;
         let ancestry = self.tree.ancestry(v);
         let mut best = None;
-        // Nearest first: the first buffered version found is the buffer's best.
+        // Nearest first: the first buffered version found holds the buffers' best (the
+        // buffer's write, newer, over the frozen one's: `consider` takes the newer seq).
         for &x in &ancestry {
-            if let Some((seq, value)) = self.buffer.get(x, key) {
-                consider(&mut best, x, *seq, value.as_deref());
+            let mut found = false;
+            for buffer in self.buffers() {
+                if let Some((seq, value)) = buffer.get(x, key) {
+                    consider(&mut best, x, *seq, value.as_deref());
+                    found = true;
+                }
+            }
+            if found {
                 break;
             }
         }
@@ -374,10 +381,14 @@ impl Sda {
         // The buffer's writes within the bounds of the versions v sees, one source per such
         // version that has any (the buffer holds every leaf's writes; the others' are never
         // walked), in the scan's direction.
+        // With a flush running, the frozen buffer's writes are sources too (older by seq).
         let mut buffered: Vec<(Version, std::iter::Peekable<Writes>)> = chain
             .iter()
-            .filter(|&&x| self.buffer.holds(x))
-            .map(|&x| (x, self.buffer.range(x, lo, hi, reverse).peekable()))
+            .flat_map(|&x| {
+                self.buffers()
+                    .filter(move |b| b.holds(x))
+                    .map(move |b| (x, b.range(x, lo, hi, reverse).peekable()))
+            })
             .collect();
         // One array per level (stratification): `at_key` below has a bit for each.
         debug_assert!(cursors.len() <= MAX_LEVELS);
