@@ -45,9 +45,9 @@ mod wal;
 
 pub use db::{Db, RangeIter};
 pub use engine::dump::{Dump, DumpChild, DumpNode, DumpRun};
-pub use engine::versioned::{DiffEntry, VersionedEngine, VersionedMap};
+pub use engine::versioned::{DiffEntry, VersionedEngine, VersionedMap, VersionedReads};
 pub use engine::versions::{Version, VersionInfo, VersionTree, ROOT as ROOT_VERSION};
-pub use engine::{CheckReport, Engine, EngineStats};
+pub use engine::{CheckReport, Engine, EngineStats, SharedReads};
 pub use engines::betree::{BeTree, Geometry, Origin};
 pub use engines::btree::BTree;
 pub use engines::cow::{Config as CowConfig, CowTree};

@@ -1359,7 +1359,8 @@ mod tests {
     /// flush's merges wait for the thread, and batch better for it. Once `MAX_LAG` flushes
     /// have landed unsettled, the writes after the last run those due that the thread's merge
     /// does not hold up (`merger::pace`), so the next flush finds none left to stall on. (The
-    /// lag is set by hand, not waited for: the thread may settle everything between flushes.)
+    /// lag is set by hand, not waited for: the thread may settle everything between flushes;
+    /// and each flush, on a thread of its own, is waited for.)
     #[test]
     fn the_writer_paces_the_merges_due_once_the_lag_runs_out() {
         let cfg = Config {
@@ -1376,11 +1377,16 @@ mod tests {
             n += 1;
             t.settle().unwrap();
         };
+        // Until a put freezes the buffer; then the flush thread's arrays installed (the test
+        // does not race the thread) and one more put, whose settle takes them in as the first
+        // settle after the thread is done would.
         let mut until_flush = |t: &mut Sda| {
-            let flushes = t.counters.flushes;
-            while t.counters.flushes == flushes {
+            let frozen = t.background_flushes;
+            while t.background_flushes == frozen {
                 put(t);
             }
+            t.reap_flush(true).unwrap();
+            put(t);
         };
         // A settled start: one array for each leaf at level 0.
         until_flush(&mut t);
