@@ -90,7 +90,7 @@ pub fn wls(xs: &[f64], ys: &[f64], ws: &[f64]) -> Option<LinearFit> {
     })
 }
 
-/// Weighted least squares on an arbitrary basis: minimises Σ wᵢ (yᵢ − Σⱼ βⱼ·colⱼ[i])². Normal
+/// Weighted least squares on an arbitrary basis: minimises Σ wᵢ (yᵢ − Σⱼ βⱼ·colⱼ\[i\])². Normal
 /// equations solved by Gaussian elimination with partial pivoting; fine for the 2–3 columns used
 /// here. `None` when the basis is singular on the data.
 pub fn lstsq(cols: &[Vec<f64>], ys: &[f64], ws: &[f64]) -> Option<Vec<f64>> {
