@@ -107,6 +107,22 @@ impl Env for MeetingEnv {
     }
 }
 
+/// Arm `dev`, run `read(0)` and `read(1)` on two threads at once, and require that their
+/// device reads met (`what` names them in the failure); the counts are reset for the next.
+fn two_at_once(dev: &Meeting, what: &str, read: impl Fn(u64) + Sync) {
+    *dev.arrivals.lock().unwrap() = 0;
+    dev.met.store(0, Ordering::Relaxed);
+    dev.armed.store(true, Ordering::Relaxed);
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let read = &read;
+            s.spawn(move || read(t));
+        }
+    });
+    assert_eq!(dev.alone.load(Ordering::Relaxed), 0, "{what} read alone");
+    assert!(dev.met.load(Ordering::Relaxed) >= 2, "no two reads met");
+}
+
 fn key(i: u64) -> Vec<u8> {
     format!("key{i:08}").into_bytes()
 }
@@ -137,18 +153,10 @@ fn two_readers_read_the_device_at_once(engine: fn(Options) -> Options) {
     };
     let db = cold_tree(&env, engine);
     let dev = env.data.lock().unwrap().clone().unwrap();
-    dev.armed.store(true, Ordering::Relaxed);
-    std::thread::scope(|s| {
-        for t in 0..2u64 {
-            let db = &db;
-            s.spawn(move || {
-                let k = 3_000 + 11_000 * t;
-                assert_eq!(db.get(key(k)).unwrap(), Some(k.to_le_bytes().to_vec()));
-            });
-        }
+    two_at_once(&dev, "a reader", |t| {
+        let k = 3_000 + 11_000 * t;
+        assert_eq!(db.get(key(k)).unwrap(), Some(k.to_le_bytes().to_vec()));
     });
-    assert_eq!(dev.alone.load(Ordering::Relaxed), 0, "a reader read alone");
-    assert!(dev.met.load(Ordering::Relaxed) >= 2, "no two reads met");
     let m = db.metrics();
     assert!(m.engine.cache.resident_bytes <= m.engine.cache.budget_bytes);
 }
@@ -330,43 +338,22 @@ fn two_versioned_readers_read_the_device_at_once(
     db.close().unwrap();
     let db = VersionedDb::open_in(&env, versioned_opts(engine())).unwrap();
     let dev = env.data.lock().unwrap().clone().unwrap();
-    dev.armed.store(true, Ordering::Relaxed);
-    std::thread::scope(|s| {
-        for t in 0..2u64 {
-            let db = &db;
-            s.spawn(move || {
-                let k = (3 + 11 * t) * keys / 20;
-                assert_eq!(
-                    db.get_at(ROOT_VERSION, key(k)).unwrap(),
-                    Some(k.to_le_bytes().to_vec())
-                );
-            });
-        }
+    two_at_once(&dev, "a reader", |t| {
+        let k = (3 + 11 * t) * keys / 20;
+        assert_eq!(
+            db.get_at(ROOT_VERSION, key(k)).unwrap(),
+            Some(k.to_le_bytes().to_vec())
+        );
     });
-    assert_eq!(dev.alone.load(Ordering::Relaxed), 0, "a reader read alone");
-    assert!(dev.met.load(Ordering::Relaxed) >= 2, "no two reads met");
-    // Ranges too: two scans' reads meet.
-    dev.met.store(0, Ordering::Relaxed);
-    *dev.arrivals.lock().unwrap() = 0;
-    std::thread::scope(|s| {
-        for t in 0..2u64 {
-            let db = &db;
-            s.spawn(move || {
-                let lo = (6 + 11 * t) * keys / 20;
-                let got: Vec<_> = db
-                    .range_at(ROOT_VERSION, key(lo)..key(lo + 100))
-                    .unwrap()
-                    .map(|e| e.unwrap().0)
-                    .collect();
-                assert_eq!(got, (lo..lo + 100).map(key).collect::<Vec<_>>());
-            });
-        }
+    two_at_once(&dev, "a scan", |t| {
+        let lo = (6 + 11 * t) * keys / 20;
+        let got: Vec<_> = db
+            .range_at(ROOT_VERSION, key(lo)..key(lo + 100))
+            .unwrap()
+            .map(|e| e.unwrap().0)
+            .collect();
+        assert_eq!(got, (lo..lo + 100).map(key).collect::<Vec<_>>());
     });
-    assert_eq!(dev.alone.load(Ordering::Relaxed), 0, "a scan read alone");
-    assert!(
-        dev.met.load(Ordering::Relaxed) >= 2,
-        "no two scans' reads met"
-    );
 }
 
 #[test]
