@@ -451,7 +451,9 @@ fn versioned_readers_beside_a_writer_see_whole_changes_in_order(
                         .map(|e| e.unwrap())
                         .collect()
                 };
-                while !done.load(Ordering::Acquire) || reads < 50 {
+                // Until the writer is done and this reader has seen a leaf frozen (after a
+                // fast writer, at least its last clone).
+                while !done.load(Ordering::Acquire) || reads < 50 || frozen.is_none() {
                     reads += 1;
                     let v = leaf.load(Ordering::Acquire);
                     if v != last_leaf && frozen.is_none() {
@@ -487,7 +489,7 @@ fn versioned_readers_beside_a_writer_see_whole_changes_in_order(
                         );
                     }
                 }
-                let (v, then) = frozen.expect("the writer cloned while the reader read");
+                let (v, then) = frozen.expect("the loop ends once one is frozen");
                 assert_eq!(page(v), then, "reader {r}: frozen version {v} changed");
             });
         }
