@@ -1032,12 +1032,8 @@ fn a_fault_at_any_io_of_a_close_keeps_every_change() {
             background_merges: false,
             ..opts(kind, durability)
         };
-        // The same changes every run: `rng` is seeded alike. As many as leave a tenth of the
-        // file free at the close, with blocks of the tail that fit below (found by trying).
-        let changes = match kind {
-            Kind::Sda => 500,
-            Kind::Cow => 300,
-        };
+        // The same changes every run: `rng` is seeded alike.
+        let changes = 500;
         let setup = || {
             let env = SimEnv::new();
             let db = VersionedDb::open_in(&env, opts(kind, Durability::Sync)).unwrap();
@@ -1048,6 +1044,18 @@ fn a_fault_at_any_io_of_a_close_keeps_every_change() {
                 apply_db(&db, &s).unwrap();
                 apply_model(&mut m, &s);
             }
+            // Most versions deleted, so that the file has room below its tail (in either
+            // build: a debug build's checks walk the CoW B-tree's pool and lay it out
+            // otherwise); dirty nodes written, so that the file measured below is what the
+            // close starts from.
+            let live: Vec<Version> = m.versions().live().collect();
+            for &v in &live[..live.len().saturating_sub(2)] {
+                let s = Step::DeleteVersion(v as usize);
+                if try_model(&mut m, &s).is_ok() {
+                    apply_db(&db, &s).unwrap();
+                }
+            }
+            db.checkpoint().unwrap();
             (env, db, m)
         };
         // A clean close first: how many IOs it takes, and that it shortened the file.
