@@ -29,6 +29,7 @@
 
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::codec::{Reader, Writer};
@@ -240,6 +241,22 @@ impl Change {
         }
     }
 
+    /// The puts and deletes it holds, and their logical bytes (keys and values of puts, keys of
+    /// deletes, as `Db` counts them); a clone or a version delete holds none.
+    fn ops(&self) -> (u64, u64) {
+        match self {
+            Change::Put(_, k, val) => (1, (k.len() + val.len()) as u64),
+            Change::Delete(_, k) => (1, k.len() as u64),
+            Change::Batch(_, ops) => (
+                ops.len() as u64,
+                ops.iter()
+                    .map(|(k, val)| (k.len() + val.as_ref().map_or(0, Vec::len)) as u64)
+                    .sum(),
+            ),
+            Change::Clone(..) | Change::DeleteVersion(_) => (0, 0),
+        }
+    }
+
     /// Apply to the engine; returns the version a clone made.
     fn apply(&self, engine: &mut dyn VersionedEngine) -> Result<Option<Version>> {
         match self {
@@ -274,12 +291,25 @@ struct State {
     next_seq: u64,
 }
 
+/// What `metrics` reports beside the engine's and the devices' figures, since the open, as
+/// `Db` keeps them.
+#[derive(Default)]
+struct Counters {
+    changes: AtomicU64,
+    ops: AtomicU64,
+    logical_bytes: AtomicU64,
+    point_queries: AtomicU64,
+    point_query_reads: AtomicU64,
+}
+
 pub struct VersionedDb {
     opts: VersionedOptions,
     /// Changes and checkpoints hold it alone, reads shared.
     state: RwLock<State>,
     wal: Wal,
     data_stats: Arc<IoStats>,
+    wal_stats: Arc<IoStats>,
+    counters: Counters,
     poison: Mutex<Option<String>>,
     _lock: EnvLock,
 }
@@ -417,6 +447,8 @@ impl VersionedDb {
             }),
             wal,
             data_stats,
+            wal_stats,
+            counters: Counters::default(),
             poison: Mutex::new(None),
             _lock: lock,
         })
@@ -479,6 +511,7 @@ impl VersionedDb {
             if self.opts.durability == Durability::Sync {
                 self.wal.request_sync(seq);
             }
+            let (ops, logical) = change.ops();
             let applied = change
                 .apply(&mut *st.engine)
                 .and_then(|made| st.engine.settle().map(|_| made));
@@ -496,6 +529,9 @@ impl VersionedDb {
                     return Err(self.poisoned(e));
                 }
             };
+            self.counters.changes.fetch_add(1, Relaxed);
+            self.counters.ops.fetch_add(ops, Relaxed);
+            self.counters.logical_bytes.fetch_add(logical, Relaxed);
             if self.wal.size() >= self.opts.checkpoint_wal_bytes {
                 self.checkpoint_locked(&mut st)?;
             }
@@ -589,12 +625,18 @@ impl VersionedDb {
 
     /// The value of `key` at version `v`: the nearest ancestor-or-self's write.
     pub fn get_at(&self, v: Version, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        // This thread's reads: not those of other readers, or of background work, meanwhile.
+        let before = crate::storage::iostats::thread_reads();
         let st = self.reading()?;
         let got = st.engine.shared().get_at_shared(v, key.as_ref());
         let settle = st.engine.shared().over_budget();
         drop(st);
         // Even a failed read may have loaded nodes; its own error comes first.
         let settled = self.settle_if(settle);
+        self.counters.point_queries.fetch_add(1, Relaxed);
+        self.counters
+            .point_query_reads
+            .fetch_add(crate::storage::iostats::thread_reads() - before, Relaxed);
         got.and_then(|got| settled.map(|()| got))
     }
 
@@ -771,14 +813,23 @@ impl VersionedDb {
         Ok(self.reading()?.engine.stats())
     }
 
-    /// `Db::metrics`' view of this database: the engine's figures, the data file's IO and
-    /// both files' sizes (the write and read counters `Db` keeps are left at zero).
+    /// `Db::metrics`' view of this database: the engine's figures, both files' IO and sizes,
+    /// and since the open the changes (as `batches`), their puts and deletes and logical
+    /// bytes, and the point reads (`get_at`) with their own device reads: so WA, SA and RA
+    /// are counted as `Db`'s are.
     pub fn metrics(&self) -> Result<Metrics> {
         let st = self.reading()?;
+        let c = &self.counters;
         Ok(Metrics {
             engine: st.engine.stats(),
             data_io: self.data_stats.snapshot(),
+            wal_io: self.wal_stats.snapshot(),
             write_seq: st.next_seq - 1,
+            batches: c.changes.load(Relaxed),
+            ops_written: c.ops.load(Relaxed),
+            logical_bytes_written: c.logical_bytes.load(Relaxed),
+            point_queries: c.point_queries.load(Relaxed),
+            point_query_reads: c.point_query_reads.load(Relaxed),
             data_file_bytes: st.engine.device().len().unwrap_or(0),
             wal_file_bytes: self.wal.file_bytes(),
             ..Metrics::default()

@@ -1170,3 +1170,53 @@ fn a_closed_database_gives_its_free_space_back() {
         );
     }
 }
+
+/// `metrics` counts a versioned database's changes as `Db`'s: puts, deletes and batches with
+/// their logical bytes (so WA is at least the log's share, which carries every key and
+/// value), and point reads with their own device reads; a clone is a change with no bytes.
+#[test]
+fn metrics_count_changes_and_reads() {
+    for kind in KINDS {
+        let env = SimEnv::new();
+        let db = VersionedDb::open_in(&env, opts(kind, Durability::Sync)).unwrap();
+        for i in 0..50u8 {
+            db.put_at(ROOT_VERSION, key(i), [i; 30]).unwrap();
+        }
+        db.delete_at(ROOT_VERSION, key(3)).unwrap();
+        let mut b = WriteBatch::new();
+        b.put(key(60), [1u8; 10]).delete(key(4));
+        db.write_at(ROOT_VERSION, b).unwrap();
+        let v = db.clone_version(ROOT_VERSION).unwrap();
+        let before = db.metrics().unwrap();
+        assert_eq!(before.point_queries, 0);
+        for i in 0..20u8 {
+            db.get_at(v, key(i)).unwrap();
+        }
+        let m = db.metrics().unwrap();
+        let k = key(0).len() as u64;
+        assert_eq!(m.batches, 50 + 1 + 1 + 1, "{kind:?}");
+        assert_eq!(m.ops_written, 50 + 1 + 2, "{kind:?}");
+        assert_eq!(
+            m.logical_bytes_written,
+            50 * (k + 30) + k + (k + 10) + k,
+            "{kind:?}"
+        );
+        assert!(
+            m.wal_io.bytes_written >= m.logical_bytes_written,
+            "{kind:?}: {m:?}"
+        );
+        assert!(m.write_amplification >= 1.0, "{kind:?}: {m:?}");
+        assert_eq!(m.point_queries, 20, "{kind:?}");
+        // The reads' own device reads: at most all of the data file's meanwhile (the SDA's
+        // merge thread may have read too).
+        assert!(
+            m.point_query_reads <= m.data_io.reads - before.data_io.reads,
+            "{kind:?}: {m:?}"
+        );
+        assert_eq!(
+            m.read_amplification,
+            m.point_query_reads as f64 / 20.0,
+            "{kind:?}"
+        );
+    }
+}
