@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::codec::{Reader, Writer};
-use crate::engine::versioned::{DiffEntry, VersionedEngine};
+use crate::engine::versioned::{DiffEntry, VersionedEngine, VersionedReads};
 use crate::engine::versions::{Version, VersionInfo};
 use crate::engine::{CheckReport, EngineStats};
 use crate::engines::cow::{self, CowTree};
@@ -475,6 +475,18 @@ impl VersionedDb {
         Ok(self.state.read().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// Run `read` on the engine's shared reads, holding the state shared; then, if it left the
+    /// engine over its budget, settle it (`settle_if`). Even a failed read may have loaded
+    /// nodes: its own error comes first.
+    fn shared_read<T>(&self, read: impl FnOnce(&dyn VersionedReads) -> Result<T>) -> Result<T> {
+        let st = self.reading()?;
+        let got = read(st.engine.shared());
+        let settle = st.engine.shared().over_budget();
+        drop(st);
+        let settled = self.settle_if(settle);
+        got.and_then(|got| settled.map(|()| got))
+    }
+
     /// After a read that left the engine over its budget: write back what readers could not
     /// evict, holding the state alone. A failure there leaves memory ahead of the data file's
     /// blocks, so it poisons the database.
@@ -626,18 +638,15 @@ impl VersionedDb {
     /// The value of `key` at version `v`: the nearest ancestor-or-self's write.
     pub fn get_at(&self, v: Version, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         // This thread's reads: not those of other readers, or of background work, meanwhile.
+        // A poisoned database refuses the read uncounted.
+        self.check_poison()?;
         let before = crate::storage::iostats::thread_reads();
-        let st = self.reading()?;
-        let got = st.engine.shared().get_at_shared(v, key.as_ref());
-        let settle = st.engine.shared().over_budget();
-        drop(st);
-        // Even a failed read may have loaded nodes; its own error comes first.
-        let settled = self.settle_if(settle);
+        let got = self.shared_read(|e| e.get_at_shared(v, key.as_ref()));
         self.counters.point_queries.fetch_add(1, Relaxed);
         self.counters
             .point_query_reads
             .fetch_add(crate::storage::iostats::thread_reads() - before, Relaxed);
-        got.and_then(|got| settled.map(|()| got))
+        got
     }
 
     /// The entries of version `v` in `range`, in key order (`.rev()` for descending). Pages
@@ -696,15 +705,7 @@ impl VersionedDb {
             range.start_bound().map(AsRef::as_ref),
             range.end_bound().map(AsRef::as_ref),
         );
-        let st = self.reading()?;
-        let walked = st
-            .engine
-            .shared()
-            .scan_with_shared(v, lo, hi, reverse, &mut visit);
-        let settle = st.engine.shared().over_budget();
-        drop(st);
-        let settled = self.settle_if(settle);
-        walked.and(settled)
+        self.shared_read(|e| e.scan_with_shared(v, lo, hi, reverse, &mut visit))
     }
 
     /// Up to `limit` entries of `v` within (`lo`, `hi`), from the low end or (`reverse`) the
@@ -722,29 +723,14 @@ impl VersionedDb {
             hi.as_ref().map(Vec::as_slice),
         );
         let mut out = Vec::new();
-        let st = self.reading()?;
-        let scanned = st
-            .engine
-            .shared()
-            .scan_at_shared(v, lo, hi, reverse, limit, &mut out);
-        let settle = st.engine.shared().over_budget();
-        drop(st);
-        let settled = self.settle_if(settle);
-        scanned.and(settled).map(|()| out)
+        self.shared_read(|e| e.scan_at_shared(v, lo, hi, reverse, limit, &mut out))?;
+        Ok(out)
     }
 
     /// The keys whose values differ between versions `v` and `w`, ascending, with the value at
     /// each (None: absent).
     pub fn diff(&self, v: Version, w: Version) -> Result<Vec<DiffEntry>> {
-        let st = self.reading()?;
-        let diffed = st
-            .engine
-            .shared()
-            .diff_shared(v, w, Bound::Unbounded, Bound::Unbounded);
-        let settle = st.engine.shared().over_budget();
-        drop(st);
-        let settled = self.settle_if(settle);
-        diffed.and_then(|d| settled.map(|()| d))
+        self.shared_read(|e| e.diff_shared(v, w, Bound::Unbounded, Bound::Unbounded))
     }
 
     /// Write a checkpoint now and start the log over.
