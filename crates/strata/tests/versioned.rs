@@ -1220,3 +1220,45 @@ fn metrics_count_changes_and_reads() {
         );
     }
 }
+
+/// A `for_each_at` holds the database's lock for its whole walk, so no writer can write back
+/// the dirty nodes its loads push out: the CoW B-tree's pool, left full of dirty nodes by the
+/// writes before it, goes over its budget, but never past twice it (the pool's readers then
+/// drop clean nodes, dirty victims or not), and is back within it once the walk is done.
+#[test]
+fn a_walk_over_a_pool_left_dirty_keeps_within_twice_its_budget() {
+    let env = SimEnv::new();
+    let o = VersionedOptions {
+        checkpoint_wal_bytes: 64 << 20,
+        ..opts(Kind::Cow, Durability::None)
+    };
+    let db = VersionedDb::open_in(&env, o).unwrap();
+    for i in 0..1_500u32 {
+        db.put_at(ROOT_VERSION, i.to_be_bytes(), [7u8; 20]).unwrap();
+    }
+    let budget = db.stats().unwrap().cache.budget_bytes;
+    let before = db.stats().unwrap().cache;
+    assert!(
+        before.writebacks > 0,
+        "the pool wrote back dirty nodes: {before:?}"
+    );
+    let mut n = 0;
+    db.for_each_at::<&[u8], _>(ROOT_VERSION, .., false, |_, _| {
+        n += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(n, 1_500);
+    let after = db.stats().unwrap().cache;
+    assert!(
+        after.misses > before.misses + 100,
+        "the walk read the tree: {after:?}"
+    );
+    // Twice the budget, and the walk's pinned path (a few nodes of a few hundred bytes).
+    assert!(
+        after.peak_bytes <= 2 * budget + (4 << 10),
+        "the walk held {} bytes for a budget of {budget}",
+        after.peak_bytes
+    );
+    assert!(after.resident_bytes <= budget, "{after:?}");
+}

@@ -383,7 +383,7 @@ impl CowTree {
 
     /// Pointers to each node from the roots and internal nodes, and the nodes' key order,
     /// walking every version's tree (each shared node once).
-    fn walk(&mut self) -> Result<(BTreeMap<NodeId, u32>, u64)> {
+    fn walk(&self) -> Result<(BTreeMap<NodeId, u32>, u64)> {
         let mut indegree: BTreeMap<NodeId, u32> = BTreeMap::new();
         let mut seen = HashSet::new();
         let mut keys = 0;
@@ -394,7 +394,7 @@ impl CowTree {
             stack.push((r, None, None));
         }
         while let Some((id, lo, hi)) = stack.pop() {
-            let node = self.load(id)?;
+            let node = self.store.inspect(id, Node::clone)?;
             let bad = |what: &str| {
                 let pager = self.store.pager();
                 Error::corruption(
@@ -433,7 +433,7 @@ impl CowTree {
     }
 
     /// The reference counts equal the pointers (debug builds check this after every change).
-    fn verify_counts(&mut self) -> Result<u64> {
+    fn verify_counts(&self) -> Result<u64> {
         let (indegree, keys) = self.walk()?;
         if indegree != self.counts {
             let pager = self.store.pager();
