@@ -28,7 +28,6 @@ use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::thread::JoinHandle;
 
 use crate::engine::dump::Dump;
 use crate::engine::{CheckReport, Engine};
@@ -41,7 +40,7 @@ use crate::error::{Error, Result};
 use crate::kv::{Paged, WriteBatch};
 use crate::metrics::Metrics;
 use crate::options::{Durability, EngineOptions, Options};
-use crate::storage::{Commit, Device, Env, EnvLock, FileEnv, FileKind, IoStats, Metered, Pager};
+use crate::storage::{Device, Env, EnvLock, FileEnv, FileKind, IoStats, Metered, Pager};
 use crate::wal::{self, Reopened, Wal};
 
 pub use crate::storage::env::{DATA_FILE, WAL_FILE, WAL_FILE_2};
@@ -49,10 +48,8 @@ pub use crate::storage::env::{DATA_FILE, WAL_FILE, WAL_FILE_2};
 struct State {
     engine: Box<dyn Engine>,
     next_seq: u64,
-    /// The checkpoint being made durable on its own thread, if any. The thread hands the
-    /// commit back even when it failed: blocks it did not write are still read back from their
-    /// places until the database is poisoned, and eviction writes them from the commit.
-    checkpointing: Option<JoinHandle<(Commit, Result<()>)>>,
+    /// The checkpoint being made durable on its own thread, if any (`wal::Checkpointing`).
+    checkpointing: Option<wal::Checkpointing>,
 }
 
 #[derive(Default)]
@@ -502,25 +499,12 @@ impl Db {
         // One in flight at a time: its extents and the log file it left behind are in use.
         self.finish_checkpoint(st, true)?;
         let seq = st.next_seq - 1;
-        let commit = st
+        let started = st
             .engine
             .begin_checkpoint(seq)
-            .and_then(|c| self.wal.rotate(seq).map(|_| c))
+            .and_then(|c| wal::Checkpointing::start(&self.wal, seq, c))
             .map_err(|e| self.poisoned(e))?;
-        let left_behind = self.wal.left_behind();
-        let thread = std::thread::Builder::new()
-            .name("strata-checkpoint".into())
-            .spawn(move || {
-                let mut commit = commit;
-                // Released before `finish_checkpoint` lets the older checkpoint's extents be
-                // reused (see `wal::release`).
-                let made = commit
-                    .make_durable()
-                    .and_then(|_| wal::release(&*left_behind, seq));
-                (commit, made)
-            })
-            .map_err(|e| self.poisoned(Error::io("start a checkpoint thread", e)))?;
-        st.checkpointing = Some(thread);
+        st.checkpointing = Some(started);
         Ok(())
     }
 
@@ -534,14 +518,9 @@ impl Db {
         let thread = st.checkpointing.take().expect("matched above");
         // A failed commit is dropped here, under the state lock, and the database poisoned
         // before the lock is let go: nothing reads a node it failed to write.
-        let made = match thread.join() {
-            Ok((commit, made)) => made.map(|_| commit),
-            Err(_) => Err(Error::io(
-                "make a checkpoint durable",
-                std::io::Error::other("the checkpoint thread panicked"),
-            )),
-        };
-        made.and_then(|commit| st.engine.finish_checkpoint(commit))
+        thread
+            .join()
+            .and_then(|commit| st.engine.finish_checkpoint(commit))
             .map_err(|e| self.poisoned(e))
     }
 

@@ -8,10 +8,13 @@
 //!   writes nothing), then, under the state lock, given the next sequence number, appended to
 //!   the log as one record, applied to the engine, and acknowledged once the log is synced
 //!   (with `Durability::Sync`);
-//! - a checkpoint (past `checkpoint_wal_bytes` of log, or `checkpoint`, or `close`) syncs the
-//!   log, has the engine flush its buffer and commit its manifest (`VersionedEngine::checkpoint`:
-//!   the pager's copy-on-write commit and superblock), then starts the log over. It runs on the
-//!   writer's thread: unlike `Db`, no background checkpoint thread yet;
+//! - checkpoints follow `Db`'s protocol. Past `checkpoint_wal_bytes` of log the writer has the
+//!   engine seal its state (`VersionedEngine::begin_checkpoint`: the SDA flushes its buffer and
+//!   writes its manifest, the CoW B-tree its dirty nodes and manifest; the pager writes the
+//!   table) and moves the log to its other file; a thread of the checkpoint's own makes it
+//!   durable (syncs, superblock) while changes go on, and the next change after that finishes
+//!   it (`wal::Checkpointing`). At most one is in flight. `checkpoint` and `close` wait for it,
+//!   then sync the log, checkpoint on the caller's thread and start the log over;
 //! - reads go to the engine's shared reads (`VersionedEngine::shared`) holding the state
 //!   lock shared, so readers run side by side and wait only while a change or a checkpoint
 //!   holds it alone; a read that leaves the engine over its memory budget (dirty nodes
@@ -289,6 +292,8 @@ impl Change {
 struct State {
     engine: Box<dyn VersionedEngine>,
     next_seq: u64,
+    /// The checkpoint being made durable on its own thread, if any (`wal::Checkpointing`).
+    checkpointing: Option<wal::Checkpointing>,
 }
 
 /// What `metrics` reports beside the engine's and the devices' figures, since the open, as
@@ -384,11 +389,13 @@ impl VersionedDb {
         }
         let mut engine;
         let checkpoint_seq;
+        let mut checkpoint_slot = 0;
         match existing {
             Some(dev) if !(Pager::is_unfinished(&*dev)? && log_empty) => {
                 let (pager, cp) = Pager::open(metered(dev, &data_stats))?;
                 engine = open_engine(pager, Some(&cp), &opts)?;
                 checkpoint_seq = cp.wal_seq;
+                checkpoint_slot = cp.seq % 2;
             }
             _ => {
                 if !opts.create_if_missing {
@@ -409,6 +416,8 @@ impl VersionedDb {
             Ok(metered(dev, &wal_stats))
         };
         let logs = [log(WAL_FILE)?, log(WAL_FILE_2)?];
+        let data_name = engine.device().name().to_string();
+        let newer_slot = (1 - checkpoint_slot) * crate::storage::pager::SUPERBLOCK_SIZE;
         let replay = |r: wal::Record<'_>| match r.kind {
             wal::Kind::Batch => {
                 let bad = |what: String| {
@@ -423,11 +432,16 @@ impl VersionedDb {
                     Ok(_) => engine.settle(),
                 }
             }
-            // Only `Db`'s background checkpoints write markers; this log never has one.
+            // As in `Db::open`: the log continues a checkpoint newer than the superblock found,
+            // so the newer superblock is damaged, and its extents may since have been reused.
             wal::Kind::Checkpoint => Err(Error::corruption(
-                r.file,
-                r.offset,
-                "a checkpoint marker in a versioned database's log",
+                &data_name,
+                newer_slot,
+                format!(
+                    "the log continues a checkpoint covering sequence {}, but the newest valid \
+                     superblock covers only {checkpoint_seq}: the newer superblock is damaged",
+                    r.seq
+                ),
             )),
         };
         let (wal, last_seq, reopened) = Wal::open(logs, checkpoint_seq, replay)?;
@@ -444,6 +458,7 @@ impl VersionedDb {
             state: RwLock::new(State {
                 engine,
                 next_seq: last_seq + 1,
+                checkpointing: None,
             }),
             wal,
             data_stats,
@@ -512,6 +527,7 @@ impl VersionedDb {
     fn change(&self, make: impl FnOnce(&dyn VersionedEngine) -> Change) -> Result<Option<Version>> {
         let (seq, made) = {
             let mut st = self.state()?;
+            self.finish_checkpoint(&mut st, false)?;
             let change = make(&*st.engine);
             change.validate(&*st.engine)?;
             let seq = st.next_seq;
@@ -545,7 +561,7 @@ impl VersionedDb {
             self.counters.ops.fetch_add(ops, Relaxed);
             self.counters.logical_bytes.fetch_add(logical, Relaxed);
             if self.wal.size() >= self.opts.checkpoint_wal_bytes {
-                self.checkpoint_locked(&mut st)?;
+                self.begin_checkpoint(&mut st)?;
             }
             (seq, made)
         };
@@ -740,11 +756,45 @@ impl VersionedDb {
     }
 
     fn checkpoint_locked(&self, st: &mut State) -> Result<()> {
+        self.finish_checkpoint(st, true)?;
         let seq = st.next_seq - 1;
         // The log durable through `seq` before a superblock says the checkpoint covers it.
         self.wal.sync_through(seq).map_err(|e| self.poisoned(e))?;
         st.engine.checkpoint(seq).map_err(|e| self.poisoned(e))?;
         self.wal.reset(seq).map_err(|e| self.poisoned(e))
+    }
+
+    /// Past `checkpoint_wal_bytes` of log, as `Db` does: the engine seals its state on the
+    /// writer (the SDA flushes its buffer and writes its manifest, the CoW B-tree its dirty
+    /// nodes), the log moves to its other file, and a thread of the checkpoint's own makes it
+    /// durable while changes go on (`wal::Checkpointing`).
+    fn begin_checkpoint(&self, st: &mut State) -> Result<()> {
+        // One in flight at a time: its extents and the log file it left behind are in use.
+        self.finish_checkpoint(st, true)?;
+        let seq = st.next_seq - 1;
+        let started = st
+            .engine
+            .begin_checkpoint(seq)
+            .and_then(|c| wal::Checkpointing::start(&self.wal, seq, c))
+            .map_err(|e| self.poisoned(e))?;
+        st.checkpointing = Some(started);
+        Ok(())
+    }
+
+    /// Complete the checkpoint in flight if it is durable (or, with `wait`, once it is): the
+    /// space only the previous checkpoint needed is released.
+    fn finish_checkpoint(&self, st: &mut State, wait: bool) -> Result<()> {
+        match &st.checkpointing {
+            Some(t) if wait || t.is_finished() => {}
+            _ => return Ok(()),
+        }
+        let thread = st.checkpointing.take().expect("matched above");
+        // A failed commit is dropped under the state lock, and the database poisoned before
+        // the lock is let go.
+        thread
+            .join()
+            .and_then(|commit| st.engine.finish_checkpoint(commit))
+            .map_err(|e| self.poisoned(e))
     }
 
     /// Wait for the merges running on their own thread and run every merge due, so that the
@@ -786,7 +836,10 @@ impl VersionedDb {
 
     /// Verify every checksum and the engine's invariants.
     pub fn check(&self) -> Result<CheckReport> {
-        self.state()?.engine.check()
+        let mut st = self.state()?;
+        // The checker reads every block from the file: the checkpoint in flight first.
+        self.finish_checkpoint(&mut st, true)?;
+        st.engine.check()
     }
 
     /// The engine's structure, `levels` of it (0: all): the SDA's arrays level by level with
@@ -826,6 +879,17 @@ impl VersionedDb {
     /// Reads and writes of the data file so far.
     pub fn data_io(&self) -> crate::storage::IoSnapshot {
         self.data_stats.snapshot()
+    }
+}
+
+impl Drop for VersionedDb {
+    /// A checkpoint still in flight is waited for (not finished: the next open reads whichever
+    /// superblock is durable), so that nothing writes the files once the lock is released.
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(thread) = st.checkpointing.take() {
+            let _ = thread.join();
+        }
     }
 }
 

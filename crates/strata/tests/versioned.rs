@@ -1031,8 +1031,12 @@ fn ranges_fetch_pages_as_they_go_from_both_ends() {
 #[test]
 fn a_fault_at_any_io_of_a_close_keeps_every_change() {
     for kind in KINDS {
+        // No merge on a thread, and no checkpoint but those the setup asks for (one begun
+        // past `checkpoint_wal_bytes` is made durable on a thread, and the layout would
+        // depend on when it is finished): the same IOs every run.
         let opts = |kind, durability| VersionedOptions {
             background_merges: false,
+            checkpoint_wal_bytes: 64 << 20,
             ..opts(kind, durability)
         };
         // The same changes every run: `rng` is seeded alike.
@@ -1042,10 +1046,13 @@ fn a_fault_at_any_io_of_a_close_keeps_every_change() {
             let db = VersionedDb::open_in(&env, opts(kind, Durability::Sync)).unwrap();
             let mut m = VersionedMap::new();
             let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-            for _ in 0..changes {
+            for i in 0..changes {
                 let s = random_change(&mut rng, &m);
                 apply_db(&db, &s).unwrap();
                 apply_model(&mut m, &s);
+                if i % 50 == 49 {
+                    db.checkpoint().unwrap();
+                }
             }
             // Most versions deleted, so that the file has room below its tail (in either
             // build: a debug build's checks walk the CoW B-tree's pool and lay it out
@@ -1261,4 +1268,181 @@ fn a_walk_over_a_pool_left_dirty_keeps_within_twice_its_budget() {
         after.peak_bytes
     );
     assert!(after.resident_bytes <= budget, "{after:?}");
+}
+
+/// A data file whose syncs wait while the gate is shut (the log's do not).
+#[derive(Debug)]
+struct Gated {
+    inner: std::sync::Arc<dyn strata::storage::Device>,
+    shut: std::sync::Mutex<bool>,
+    opened: std::sync::Condvar,
+    waiting: std::sync::atomic::AtomicU64,
+}
+
+impl Gated {
+    fn set(&self, shut: bool) {
+        *self.shut.lock().unwrap() = shut;
+        self.opened.notify_all();
+    }
+}
+
+impl strata::storage::Device for Gated {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> strata::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> strata::Result<()> {
+        self.inner.write_at(data, offset)
+    }
+    fn sync(&self) -> strata::Result<()> {
+        let mut shut = self.shut.lock().unwrap();
+        if *shut {
+            self.waiting
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            while *shut {
+                shut = self.opened.wait(shut).unwrap();
+            }
+            self.waiting
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        drop(shut);
+        self.inner.sync()
+    }
+    fn len(&self) -> strata::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> strata::Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+/// A simulated environment whose data file is `Gated`.
+#[derive(Debug)]
+struct GatedEnv {
+    sim: SimEnv,
+    data: std::sync::Mutex<Option<std::sync::Arc<Gated>>>,
+}
+
+impl strata::storage::Env for GatedEnv {
+    fn location(&self) -> String {
+        self.sim.location()
+    }
+    fn lock(&self, name: &str, create: bool) -> strata::Result<strata::storage::EnvLock> {
+        self.sim.lock(name, create)
+    }
+    fn open(
+        &self,
+        name: &str,
+        kind: strata::storage::FileKind,
+        create: bool,
+    ) -> strata::Result<Option<std::sync::Arc<dyn strata::storage::Device>>> {
+        let Some(dev) = self.sim.open(name, kind, create)? else {
+            return Ok(None);
+        };
+        if kind != strata::storage::FileKind::Data {
+            return Ok(Some(dev));
+        }
+        let g = std::sync::Arc::new(Gated {
+            inner: dev,
+            shut: std::sync::Mutex::new(false),
+            opened: std::sync::Condvar::new(),
+            waiting: std::sync::atomic::AtomicU64::new(0),
+        });
+        *self.data.lock().unwrap() = Some(g.clone());
+        Ok(Some(g))
+    }
+}
+
+/// A checkpoint begun past `checkpoint_wal_bytes` is made durable on a thread of its own, as
+/// `Db`'s: with the data file's syncs held, the writer goes on acknowledging synced changes
+/// (the log is not held) while the checkpoint's thread waits in its sync; once the syncs go
+/// through, the checkpoint is finished, and everything reads back after a power loss.
+#[test]
+fn checkpoints_are_made_durable_beside_the_writer() {
+    use std::sync::atomic::Ordering::SeqCst;
+    for kind in KINDS {
+        let env = GatedEnv {
+            sim: SimEnv::new(),
+            data: std::sync::Mutex::new(None),
+        };
+        // Room for thousands of changes between checkpoints: the writer must not reach the
+        // next one, which waits for this one, before its thread has come to the sync.
+        // Engines a little larger than the other tests', for thousands of changes in debug
+        // builds.
+        let engine = match kind {
+            Kind::Sda => VersionedEngineOptions::Sda(SdaConfig {
+                buffer_bytes: 16 << 10,
+                level0_entries: 64,
+                block_bytes: 4 << 10,
+                ..SdaConfig::tiny()
+            }),
+            Kind::Cow => VersionedEngineOptions::Cow(CowConfig {
+                leaf_entries: 32,
+                fanout: 16,
+                cache_bytes: 256 << 10,
+            }),
+        };
+        let opts = VersionedOptions {
+            engine,
+            background_merges: false,
+            checkpoint_wal_bytes: 256 << 10,
+            ..opts(kind, Durability::Sync)
+        };
+        let db = VersionedDb::open_in(&env, opts.clone()).unwrap();
+        let gate = env.data.lock().unwrap().clone().unwrap();
+        let checkpoints = db.stats().unwrap().checkpoints;
+        let mut m = VersionedMap::new();
+        gate.set(true);
+        let (mut i, mut after) = (0u32, 0);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        // Until the checkpoint's thread waits in its sync, and 40 changes more.
+        let done = std::thread::scope(|s| {
+            let writer = s.spawn(|| {
+                while after < 40 && i < 100_000 && !stop.load(SeqCst) {
+                    let (k, v) = (i.to_be_bytes(), [i as u8; 24]);
+                    db.put_at(ROOT_VERSION, k, v).unwrap();
+                    m.put_at(ROOT_VERSION, &k, &v).unwrap();
+                    i += 1;
+                    if gate.waiting.load(SeqCst) > 0 {
+                        after += 1;
+                    }
+                }
+            });
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !writer.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            let done = writer.is_finished();
+            // Let a writer stuck in the checkpoint's sync go, so that the scope can end.
+            stop.store(true, SeqCst);
+            gate.set(false);
+            writer.join().unwrap();
+            done
+        });
+        assert!(
+            done,
+            "{kind:?}: the writer waited for the checkpoint's sync"
+        );
+        assert_eq!(after, 40, "{kind:?}: no checkpoint began in {i} changes");
+        assert_eq!(db.stats().unwrap().checkpoints, checkpoints, "{kind:?}");
+        // A change once the thread is done finishes it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while db.stats().unwrap().checkpoints == checkpoints {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{kind:?}: never finished"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            db.put_at(ROOT_VERSION, "last", "x").unwrap();
+        }
+        m.put_at(ROOT_VERSION, b"last", b"x").unwrap();
+        db.check().unwrap();
+        drop(db);
+        env.sim.crash();
+        let db = VersionedDb::open_in(&env, opts).unwrap();
+        db.check().unwrap();
+        assert_eq!(dump(&db), dump_model(&m), "{kind:?}");
+    }
 }

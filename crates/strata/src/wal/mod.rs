@@ -57,8 +57,10 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::error::{Error, Result};
 use crate::storage::Device;
 
+mod background;
 mod read;
 
+pub use background::Checkpointing;
 pub(crate) use read::released;
 pub use read::Reopened;
 use read::{first_record, Scan};
