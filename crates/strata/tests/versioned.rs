@@ -1446,3 +1446,52 @@ fn checkpoints_are_made_durable_beside_the_writer() {
         assert_eq!(dump(&db), dump_model(&m), "{kind:?}");
     }
 }
+
+/// As `Db`'s (`flip_sweep`'s `damaged_newest_superblock_is_named_not_the_log`): once a
+/// checkpoint made durable on its thread has released the older log file, the log begins
+/// with that checkpoint's marker. With the newest superblock damaged, the open finds the one
+/// before, older than the marker, and reports the damaged superblock, at its slot in the data
+/// file, rather than opening the older checkpoint without the changes between.
+#[test]
+fn a_damaged_newest_superblock_is_reported_at_its_slot() {
+    for kind in KINDS {
+        let env = SimEnv::new();
+        let o = VersionedOptions {
+            background_merges: false,
+            ..opts(kind, Durability::Sync)
+        };
+        let db = VersionedDb::open_in(&env, o.clone()).unwrap();
+        let start = db.stats().unwrap().checkpoints;
+        let mut i = 0u32;
+        while db.stats().unwrap().checkpoints < start + 2 {
+            db.put_at(ROOT_VERSION, i.to_be_bytes(), [1u8; 40]).unwrap();
+            i += 1;
+            assert!(i < 100_000, "{kind:?}: no checkpoint finished");
+        }
+        db.put_at(ROOT_VERSION, "after", "x").unwrap();
+        // A process crash: the checkpoint in flight, if any, is waited for.
+        drop(db);
+        let newest = {
+            let db = VersionedDb::open_in(&env, o.clone()).unwrap();
+            assert_eq!(
+                db.get_at(ROOT_VERSION, "after").unwrap().as_deref(),
+                Some(&b"x"[..])
+            );
+            db.stats().unwrap().checkpoints
+        };
+        // The open wrote no checkpoint of its own (nothing in the older log file to cover).
+        let slot = (newest % 2) * 4096;
+        env.files()
+            .get("strata.data")
+            .unwrap()
+            .corrupt_byte(slot + 50, 0x40);
+        match VersionedDb::open_in(&env, o) {
+            Err(Error::Corruption { file, offset, .. }) => {
+                assert_eq!(file, "strata.data", "{kind:?}: the superblock, not the log");
+                assert!(offset == 0 || offset == 4096, "{kind:?}: at {offset}");
+            }
+            Err(e) => panic!("{kind:?}: {e}"),
+            Ok(_) => panic!("{kind:?}: a checkpoint older than the log's marker was opened"),
+        }
+    }
+}
