@@ -511,16 +511,12 @@ impl Db {
     /// Complete the checkpoint in flight if it is durable (or, with `wait`, once it is): the
     /// space and the log file only the previous checkpoint needed are released.
     fn finish_checkpoint(&self, st: &mut State, wait: bool) -> Result<()> {
-        match &st.checkpointing {
-            Some(t) if wait || t.is_finished() => {}
-            _ => return Ok(()),
-        }
-        let thread = st.checkpointing.take().expect("matched above");
-        // A failed commit is dropped here, under the state lock, and the database poisoned
-        // before the lock is let go: nothing reads a node it failed to write.
-        thread
-            .join()
-            .and_then(|commit| st.engine.finish_checkpoint(commit))
+        let State {
+            engine,
+            checkpointing,
+            ..
+        } = st;
+        wal::Checkpointing::finish(checkpointing, wait, |c| engine.finish_checkpoint(c))
             .map_err(|e| self.poisoned(e))
     }
 

@@ -784,16 +784,12 @@ impl VersionedDb {
     /// Complete the checkpoint in flight if it is durable (or, with `wait`, once it is): the
     /// space only the previous checkpoint needed is released.
     fn finish_checkpoint(&self, st: &mut State, wait: bool) -> Result<()> {
-        match &st.checkpointing {
-            Some(t) if wait || t.is_finished() => {}
-            _ => return Ok(()),
-        }
-        let thread = st.checkpointing.take().expect("matched above");
-        // A failed commit is dropped under the state lock, and the database poisoned before
-        // the lock is let go.
-        thread
-            .join()
-            .and_then(|commit| st.engine.finish_checkpoint(commit))
+        let State {
+            engine,
+            checkpointing,
+            ..
+        } = st;
+        wal::Checkpointing::finish(checkpointing, wait, |c| engine.finish_checkpoint(c))
             .map_err(|e| self.poisoned(e))
     }
 

@@ -35,6 +35,23 @@ enum Kind {
 
 const KINDS: [Kind; 2] = [Kind::Sda, Kind::Cow];
 
+/// Engines larger than `opts`'s, for tests of thousands of changes (in debug builds too).
+fn roomier(kind: Kind) -> VersionedEngineOptions {
+    match kind {
+        Kind::Sda => VersionedEngineOptions::Sda(SdaConfig {
+            buffer_bytes: 16 << 10,
+            level0_entries: 64,
+            block_bytes: 1 << 10,
+            ..SdaConfig::default()
+        }),
+        Kind::Cow => VersionedEngineOptions::Cow(CowConfig {
+            leaf_entries: 32,
+            fanout: 16,
+            cache_bytes: 256 << 10,
+        }),
+    }
+}
+
 fn opts(kind: Kind, durability: Durability) -> VersionedOptions {
     let engine = match kind {
         // Smaller still than `tiny`: a flush every few writes, merges and splits all the time.
@@ -1122,21 +1139,8 @@ fn a_closed_database_gives_its_free_space_back() {
             durability: Durability::None,
             ..opts(kind, Durability::None)
         };
-        let engine = match kind {
-            Kind::Sda => VersionedEngineOptions::Sda(SdaConfig {
-                buffer_bytes: 16 << 10,
-                level0_entries: 64,
-                block_bytes: 1 << 10,
-                ..SdaConfig::default()
-            }),
-            Kind::Cow => VersionedEngineOptions::Cow(CowConfig {
-                leaf_entries: 32,
-                fanout: 16,
-                cache_bytes: 256 << 10,
-            }),
-        };
         let opts = VersionedOptions {
-            engine,
+            engine: roomier(kind),
             checkpoint_wal_bytes: 256 << 10,
             ..opts
         };
@@ -1369,23 +1373,8 @@ fn checkpoints_are_made_durable_beside_the_writer() {
         };
         // Room for thousands of changes between checkpoints: the writer must not reach the
         // next one, which waits for this one, before its thread has come to the sync.
-        // Engines a little larger than the other tests', for thousands of changes in debug
-        // builds.
-        let engine = match kind {
-            Kind::Sda => VersionedEngineOptions::Sda(SdaConfig {
-                buffer_bytes: 16 << 10,
-                level0_entries: 64,
-                block_bytes: 4 << 10,
-                ..SdaConfig::tiny()
-            }),
-            Kind::Cow => VersionedEngineOptions::Cow(CowConfig {
-                leaf_entries: 32,
-                fanout: 16,
-                cache_bytes: 256 << 10,
-            }),
-        };
         let opts = VersionedOptions {
-            engine,
+            engine: roomier(kind),
             background_merges: false,
             checkpoint_wal_bytes: 256 << 10,
             ..opts(kind, Durability::Sync)

@@ -46,8 +46,20 @@ impl Checkpointing {
         Ok(Checkpointing(thread))
     }
 
-    pub fn is_finished(&self) -> bool {
-        self.0.is_finished()
+    /// Complete the checkpoint in `slot`, if any, once its thread is done (or, with `wait`,
+    /// after waiting for it): `then` gets the durable commit (the engine's
+    /// `finish_checkpoint`). An error is the thread's or `then`'s; a failed commit is dropped
+    /// here, under the caller's lock, which then poisons the database before letting go.
+    pub fn finish(
+        slot: &mut Option<Checkpointing>,
+        wait: bool,
+        then: impl FnOnce(Commit) -> Result<()>,
+    ) -> Result<()> {
+        match slot {
+            Some(t) if wait || t.0.is_finished() => {}
+            _ => return Ok(()),
+        }
+        slot.take().expect("matched above").join().and_then(then)
     }
 
     /// Wait for the thread: the commit, durable, for the engine's `finish_checkpoint`; or the
