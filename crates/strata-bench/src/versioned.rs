@@ -19,7 +19,8 @@
 //! Measured per interval between points, per line: puts/s and range elements/s (wall clock,
 //! the engine's merges and checkpoints included: each interval's puts end with
 //! `VersionedDb::finish_merges`, so the merges they made due, on the SDA's merge thread or the
-//! writer, are inside the interval that made them, and the ranges read settled levels), and from
+//! writer, and a checkpoint being made durable on its thread, are inside the interval that made
+//! them, and the ranges read settled levels), and from
 //! the data file's `IoStats` (exact counts, no drift) the IOs and bytes per put and per range
 //! element. Blocks are bytes over the block size, the unit of seed 003's Table 1, whose bounds
 //! (constants dropped) are computed beside them: CoW B-tree O(log_B N_v) reads and writes per

@@ -306,7 +306,8 @@ fn versioned_section(a: &ReportArgs, job: &mut Job) -> Result<Section, Failure> 
              pool, the SDA half of it as its write buffer and the other half for its arrays' \
              filters and indexes, the runs ranges keep and a block cache. Times are wall clock \
              with the engine's merges and checkpoints inside: each interval's puts end once \
-             the merges they made due are done (`VersionedDb::finish_merges`); IOs come from \
+             the merges they made due, and a checkpoint being made durable on its thread, are \
+             done (`VersionedDb::finish_merges`); IOs come from \
              the data file's own counters. Space is measured settled after the last put, after \
              deleting half of the leaf versions (and two checkpoints), and after as many new \
              puts as those leaves held.\n\n{}",

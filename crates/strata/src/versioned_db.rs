@@ -794,10 +794,13 @@ impl VersionedDb {
     }
 
     /// Wait for the merges running on their own thread and run every merge due, so that the
-    /// engine is settled (as RocksDB's `wait_for_compact`; the SDA's, others have none). A
-    /// close does this first; a checkpoint does not wait for merges.
+    /// engine is settled (as RocksDB's `wait_for_compact`; the SDA's, others have none), and
+    /// for a checkpoint being made durable on its thread: nothing then runs in the background
+    /// (the bench's intervals end here, with all their work inside). A close does this first;
+    /// a checkpoint does not wait for merges.
     pub fn finish_merges(&self) -> Result<()> {
         let mut st = self.state()?;
+        self.finish_checkpoint(&mut st, true)?;
         st.engine.finish_merges().map_err(|e| self.poisoned(e))
     }
 
