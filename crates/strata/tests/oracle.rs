@@ -50,7 +50,7 @@ use std::rc::Rc;
 
 use common::{Place, Rng};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use strata::{AddU64, Db, Durability, Error, LsmConfig, LsmPolicy, Options, WriteBatch};
 
 // ------------------------------------------------------------------------------------------
@@ -728,9 +728,40 @@ fn config(cases: u32) -> Config {
     }
 }
 
+/// A runner whose cases come from a seed: `STRATA_ORACLE_SEED` (hex) to replay a failure,
+/// else one drawn from the clock. A failure names it (`replay`), so that a case CI found can
+/// be run again here (the same cases and shrinking; threads' timing aside).
+fn runner() -> (TestRunner, u64) {
+    let seed = std::env::var("STRATA_ORACLE_SEED")
+        .ok()
+        .map(|s| {
+            u64::from_str_radix(s.trim_start_matches("0x"), 16)
+                .expect("STRATA_ORACLE_SEED is hexadecimal")
+        })
+        .unwrap_or_else(|| {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("the clock is past 1970");
+            t.as_nanos() as u64 ^ (std::process::id() as u64) << 32
+        });
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
+    (TestRunner::new_with_rng(config(prop_cases()), rng), seed)
+}
+
+/// How to run a failed test's cases again.
+fn replay(name: &str, seed: u64) -> String {
+    format!(
+        "replay: STRATA_ORACLE_SEED={seed:x} STRATA_ORACLE_CASES={} cargo test -p strata --test \
+         oracle {name}",
+        prop_cases()
+    )
+}
+
 fn run_prop(name: &str, opts: Options, sim: bool, restarts: Restarts, seen: &Seen) {
     let strategy = prop::collection::vec(op_strategy(restarts), 1..200);
-    let mut runner = TestRunner::new(config(prop_cases()));
+    let (mut runner, seed) = runner();
     let result = runner.run(&strategy, |ops| {
         let place = Place::new(sim);
         let mut run = Run::new(&place, opts.clone(), seen);
@@ -743,7 +774,7 @@ fn run_prop(name: &str, opts: Options, sim: bool, restarts: Restarts, seen: &See
         Ok(())
     });
     if let Err(e) = result {
-        panic!("{name}: {e}");
+        panic!("{name}: {e}\n{}", replay(name, seed));
     }
     eprintln!("{name}: {seen:?}");
 }
@@ -1124,13 +1155,13 @@ fn model_faults(name: &str, opts: Options, durability: Durability, kind: &str) {
         prop::collection::vec(op_strategy(Restarts::None), 1..200),
         fault,
     );
-    let mut runner = TestRunner::new(config(prop_cases()));
+    let (mut runner, seed) = runner();
     let result = runner.run(&strategy, |(warmup, ops, fault)| {
         fault_case(&opts, &warmup, &ops, fault, &seen);
         Ok(())
     });
     if let Err(e) = result {
-        panic!("{name}: {e}");
+        panic!("{name}: {e}\n{}", replay(name, seed));
     }
     eprintln!("{name}: {seen:?}");
     let cases = prop_cases() as u64;
