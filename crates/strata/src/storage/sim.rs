@@ -22,7 +22,11 @@
 //! Faults: fail the Nth IO (once, or that one and every later one), and tear the Nth write: only a
 //! prefix of its 512-byte sectors reaches the durable image, the write reports an error and the
 //! disk is dead (every IO fails, a read already under way on another thread too) until
-//! `clear_faults()` or a power cut, as after a power cut in mid-write. Length
+//! `clear_faults()` or a power cut, as after a power cut in mid-write. A sync that fails once
+//! loses what it was to make durable, as Linux's fdatasync does after a writeback error (the
+//! pages are marked clean and the error is reported once): reads still see those writes, a
+//! later sync succeeds without them, and a power cut loses them. One that fails for good is a
+//! process's death, which leaves the page cache to be written back as it is. Length
 //! changes count as IOs (they are a system call that can fail or be the last thing a dying
 //! process did); reading the length does not.
 //!
@@ -455,6 +459,12 @@ impl SimDisk {
         self.faults().dead
     }
 
+    /// Every IO from here on fails (a process's death, or a dead disk), not only one.
+    fn failing_for_good(&self) -> bool {
+        let f = self.faults();
+        f.dead || (f.fail_sticky && f.fail_at.is_some())
+    }
+
     /// Seconds of simulated device time spent so far.
     pub fn clock_s(&self) -> f64 {
         self.clock().now_s
@@ -804,7 +814,12 @@ impl Device for SimDevice {
 
     fn sync(&self) -> Result<()> {
         let what = format!("sync {}", self.name);
-        self.disk.admit(&self.name, IoKind::Sync, &what)?;
+        if let Err(e) = self.disk.admit(&self.name, IoKind::Sync, &what) {
+            if !self.disk.failing_for_good() {
+                self.images().pending.clear();
+            }
+            return Err(e);
+        }
         self.disk.tick(None);
         let wall = self.disk.sync_latency();
         if !wall.is_zero() {

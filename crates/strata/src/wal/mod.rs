@@ -46,7 +46,9 @@
 //! engine's background threads to yield to. Each sync covers everything written when it
 //! starts, so writers that arrive during one fdatasync share the next. No lock is held during
 //! the fdatasync itself, and once an fdatasync fails every later wait reports failure (its
-//! pages may be lost: retrying could falsely report durability).
+//! pages may be lost: retrying could falsely report durability). That holds for the syncs a
+//! rotation, a reset or a retraction runs on the writer's thread too (`sync_or_latch`): a
+//! writer waiting meanwhile for an earlier record must not be acknowledged by the next sync.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -270,6 +272,14 @@ impl Wal {
         } else {
             Reopened::Ready
         };
+        // The checkpoint covers the older file, which still holds records: a crash came after
+        // a background checkpoint's superblock and before the release of the file it left
+        // behind. Release it now, before the engine reuses the extents only the checkpoint
+        // before referenced, as the checkpoint's thread would have (see `release`).
+        let released = reopened == Reopened::Ready && old.last().is_some();
+        if released {
+            release(&*older, after_seq)?;
+        }
         // Replay read both files through the page cache: nothing there is read again.
         older.forget(0, pages(older.len()?));
         let newer_len = newer.len()?;
@@ -301,7 +311,7 @@ impl Wal {
             Wal {
                 shared,
                 previous: Mutex::new(older),
-                previous_released: AtomicBool::new(false),
+                previous_released: AtomicBool::new(released),
                 syncer: Some(syncer),
             },
             last,
@@ -350,7 +360,7 @@ impl Wal {
         tail.started = tail.started.min(offset);
         let dev = sh.current();
         dev.set_len(offset)?;
-        dev.sync()
+        sh.sync_or_latch(&*dev)
     }
 
     /// Start a sync that covers the record with sequence number `seq`, if none has yet, and
@@ -414,7 +424,7 @@ impl Wal {
             st.synced = st.synced.max(seq);
         }
         self.append(Kind::Checkpoint, seq, &[])?;
-        sh.current().sync()?;
+        sh.sync_or_latch(&*sh.current())?;
         sh.sync_done.notify_all();
         Ok(())
     }
@@ -428,7 +438,7 @@ impl Wal {
     pub fn rotate(&self, seq: u64) -> Result<()> {
         let sh = &*self.shared;
         let written = sh.written.load(Ordering::Acquire);
-        sh.current().sync()?;
+        sh.sync_or_latch(&*sh.current())?;
         {
             let mut st = lock(&sh.sync);
             st.synced = st.synced.max(written);
@@ -448,7 +458,7 @@ impl Wal {
         drop(previous);
         self.append(Kind::Checkpoint, seq, &[])?;
         // Before any record in this file is acknowledged, the marker that orders the files.
-        sh.current().sync()
+        sh.sync_or_latch(&*sh.current())
     }
 
     /// The file the last `rotate` left behind, for the checkpoint's thread to `release` once
@@ -545,6 +555,16 @@ impl Shared {
             }
             st = self.sync_once(st);
         }
+    }
+
+    /// An fdatasync of `dev` outside `sync_once` (a rotation's, a reset's, a retraction's): a
+    /// failure is latched as `sync_once`'s are, and the writers waiting are woken to see it. A
+    /// later sync of the same file may succeed without the pages this one lost.
+    fn sync_or_latch(&self, dev: &dyn Device) -> Result<()> {
+        dev.sync().inspect_err(|e| {
+            lock(&self.sync).failed.get_or_insert_with(|| e.to_string());
+            self.sync_done.notify_all();
+        })
     }
 
     /// One fdatasync of everything written so far, with `st` released while it runs; on the
@@ -890,6 +910,87 @@ mod tests {
         drop(w);
         for (x, y) in [(&a, &b), (&b, &a)] {
             assert_eq!(seqs(replay_pair(x, y, 0).unwrap().0), vec![1]);
+        }
+    }
+
+    /// A power cut came after a background checkpoint's superblock and before its thread
+    /// released the file it left behind: the open releases it, since the engine is about to
+    /// reuse what only the checkpoint before referenced, and a damaged newer superblock must
+    /// still show in the marker (the test above, from the release on).
+    #[test]
+    fn an_older_file_the_checkpoint_covers_is_released_at_open() {
+        let (a, b) = (sim("a"), sim("b"));
+        let (w, _, _) = Wal::open([a.clone(), b.clone()], 0, |_| Ok(())).unwrap();
+        w.append(Kind::Batch, 1, b"one").unwrap();
+        w.append(Kind::Batch, 2, b"two").unwrap();
+        w.rotate(2).unwrap();
+        w.append(Kind::Batch, 3, b"three").unwrap();
+        w.sync_through(3).unwrap();
+        drop(w);
+        a.crash();
+        b.crash();
+        assert!(!read::released(&a.durable_contents()));
+        let (w, last, reopened) = Wal::open([a.clone(), b.clone()], 2, |_| Ok(())).unwrap();
+        assert_eq!((last, reopened), (3, Reopened::Ready));
+        assert!(
+            read::released(&a.durable_contents()),
+            "the covered file is released, durably"
+        );
+        drop(w);
+        let mut first = None;
+        Wal::open([a.clone(), b.clone()], 0, |r| {
+            first.get_or_insert((r.kind, r.seq));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(first, Some((Kind::Checkpoint, 2)));
+        // A file the checkpoint does not cover stays as it is (`CheckpointFirst`).
+        let (a, b) = (sim("a"), sim("b"));
+        let (w, _, _) = Wal::open([a.clone(), b.clone()], 0, |_| Ok(())).unwrap();
+        w.append(Kind::Batch, 1, b"one").unwrap();
+        w.rotate(1).unwrap();
+        drop(w);
+        let (_, _, reopened) = Wal::open([a.clone(), b.clone()], 0, |_| Ok(())).unwrap();
+        assert_eq!(reopened, Reopened::CheckpointFirst);
+        assert!(!read::released(&a.durable_contents()));
+    }
+
+    /// A sync the writer runs itself (a rotation's, a retraction's) fails once: it lost the
+    /// pages it was to make durable (the simulated disk does as Linux does), so a writer
+    /// waiting for an earlier record must be told, not acknowledged by the next sync, which
+    /// succeeds without them.
+    #[test]
+    fn a_failed_sync_on_the_writers_thread_fails_every_later_wait() {
+        for step in ["rotate", "retract"] {
+            let disk = SimDisk::new(Default::default(), 0.0);
+            let a = Arc::new(SimDevice::new("a", disk.clone()));
+            let b = Arc::new(SimDevice::new("b", disk.clone()));
+            let (w, _, _) = Wal::open([a.clone(), b.clone()], 0, |_| Ok(())).unwrap();
+            w.append(Kind::Batch, 1, b"one").unwrap();
+            let at = w.append(Kind::Batch, 2, b"two").unwrap();
+            match step {
+                "rotate" => {
+                    disk.fail_io_after(1, false);
+                    assert!(w.rotate(2).is_err());
+                }
+                _ => {
+                    // The retraction's cut of the file, then its sync.
+                    disk.fail_io_after(2, false);
+                    assert!(w.retract(at, 2).is_err());
+                }
+            }
+            assert!(
+                !a.durable_contents().windows(3).any(|x| x == b"one"),
+                "{step}: the failed sync lost record 1"
+            );
+            let waited = w.sync_through(1);
+            assert!(
+                matches!(waited, Err(Error::Io { .. })),
+                "{step}: a wait after the failed sync: {waited:?}"
+            );
+            // The file itself syncs again, without the lost record.
+            a.sync().unwrap();
+            assert!(!a.durable_contents().windows(3).any(|x| x == b"one"));
         }
     }
 
