@@ -1484,3 +1484,91 @@ fn a_damaged_newest_superblock_is_reported_at_its_slot() {
         }
     }
 }
+
+/// The same, when the last process died between a background checkpoint's superblock and
+/// its release of the log file it left behind: that file, all of whose records the
+/// checkpoint covers, is released at the next open, so a damaged newest superblock is still
+/// reported (unreleased, the file's records would reach the newer file's marker and the
+/// open would take the checkpoint before, whose extents that process may have reused).
+#[test]
+fn a_damaged_newest_superblock_is_reported_after_a_crash_before_the_logs_release() {
+    use std::sync::atomic::Ordering::SeqCst;
+    for kind in KINDS {
+        let env = GatedEnv {
+            sim: SimEnv::new(),
+            data: std::sync::Mutex::new(None),
+        };
+        // Room for thousands of changes between checkpoints: the writer must not reach the
+        // next one, which waits for this one, before its thread has come to the sync.
+        let o = VersionedOptions {
+            engine: roomier(kind),
+            background_merges: false,
+            checkpoint_wal_bytes: 256 << 10,
+            ..opts(kind, Durability::Sync)
+        };
+        let db = VersionedDb::open_in(&env, o.clone()).unwrap();
+        let gate = env.data.lock().unwrap().clone().unwrap();
+        gate.set(true);
+        // Changes until a checkpoint's thread waits in its first sync of the data file; on a
+        // thread, so that a writer held up by the gate fails the test instead of hanging it.
+        let i = std::thread::scope(|s| {
+            let writer = s.spawn(|| {
+                let mut i = 0u32;
+                while gate.waiting.load(SeqCst) == 0 && i < 100_000 {
+                    db.put_at(ROOT_VERSION, i.to_be_bytes(), [1u8; 40]).unwrap();
+                    i += 1;
+                }
+                i
+            });
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !writer.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            let held = !writer.is_finished();
+            if held {
+                gate.set(false);
+            }
+            let i = writer.join().unwrap();
+            assert!(
+                !held,
+                "{kind:?}: the writer waited for the checkpoint's sync"
+            );
+            i
+        });
+        assert!(i < 100_000, "{kind:?}: no checkpoint began");
+        // Nothing else does IO now: the thread's sync, the superblock, its sync, then the
+        // release's head, at which the process dies.
+        let disk = env.sim.disk().clone();
+        let before = disk.ios();
+        disk.kill_at_io(4);
+        gate.set(false);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while disk.ios() < before + 4 {
+            assert!(std::time::Instant::now() < deadline, "{kind:?}: stuck");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        drop(db);
+        disk.clear_faults();
+        env.sim.crash();
+        let newest = {
+            let db = VersionedDb::open_in(&env, o.clone()).unwrap();
+            let last = (i - 1).to_be_bytes();
+            assert!(db.get_at(ROOT_VERSION, last).unwrap().is_some(), "{kind:?}");
+            db.stats().unwrap().checkpoints
+        };
+        let slot = (newest % 2) * 4096;
+        env.sim
+            .files()
+            .get("strata.data")
+            .unwrap()
+            .corrupt_byte(slot + 50, 0x40);
+        match VersionedDb::open_in(&env, o) {
+            Err(Error::Corruption { file, offset, .. }) => {
+                assert_eq!(file, "strata.data", "{kind:?}: the superblock, not the log");
+                assert_eq!(offset, slot, "{kind:?}");
+            }
+            Err(e) => panic!("{kind:?}: {e}"),
+            Ok(_) => panic!("{kind:?}: a checkpoint older than the log's marker was opened"),
+        }
+    }
+}
