@@ -309,16 +309,22 @@ impl Db {
         e
     }
 
-    /// The state, alone: writes, checkpoints, and the pool's settling after a read.
+    /// The state, alone: writes, checkpoints, and the pool's settling after a read. The
+    /// poison is checked once the lock is held: a writer that fails poisons the database
+    /// before letting go, and one queued behind it must not go on into what it left (a
+    /// batch applied in part, a log record taken back).
     fn state(&self) -> Result<RwLockWriteGuard<'_, State>> {
+        let st = self.state.write().unwrap_or_else(|e| e.into_inner());
         self.check_poison()?;
-        Ok(self.state.write().unwrap_or_else(|e| e.into_inner()))
+        Ok(st)
     }
 
-    /// The state, shared with other readers (`Engine::shared`).
+    /// The state, shared with other readers (`Engine::shared`); the poison checked as in
+    /// `state`.
     fn reading(&self) -> Result<RwLockReadGuard<'_, State>> {
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
         self.check_poison()?;
-        Ok(self.state.read().unwrap_or_else(|e| e.into_inner()))
+        Ok(st)
     }
 
     pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {

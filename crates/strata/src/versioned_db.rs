@@ -478,16 +478,21 @@ impl VersionedDb {
         }
     }
 
-    /// The state, held alone (changes, checkpoints, and what needs the engine `&mut`).
+    /// The state, held alone (changes, checkpoints, and what needs the engine `&mut`). The
+    /// poison is checked once the lock is held, as `Db`'s: a change that fails poisons the
+    /// database before letting go, and one queued behind it must not go on into what it left.
     fn state(&self) -> Result<RwLockWriteGuard<'_, State>> {
+        let st = self.state.write().unwrap_or_else(|e| e.into_inner());
         self.check_poison()?;
-        Ok(self.state.write().unwrap_or_else(|e| e.into_inner()))
+        Ok(st)
     }
 
-    /// The state, shared with other readers (`VersionedEngine::shared`).
+    /// The state, shared with other readers (`VersionedEngine::shared`); the poison checked
+    /// as in `state`.
     fn reading(&self) -> Result<RwLockReadGuard<'_, State>> {
+        let st = self.state.read().unwrap_or_else(|e| e.into_inner());
         self.check_poison()?;
-        Ok(self.state.read().unwrap_or_else(|e| e.into_inner()))
+        Ok(st)
     }
 
     /// Run `read` on the engine's shared reads, holding the state shared; then, if it left the

@@ -73,14 +73,34 @@ impl Device for Meeting {
     }
 }
 
-/// A simulated environment whose data file goes through a `Meeting`.
+/// A simulated environment whose data file goes through a wrapper `D` (a `Meeting`, a
+/// `HeldFailure`), kept for the test to reach.
 #[derive(Debug)]
-struct MeetingEnv {
+struct WrapEnv<D> {
     sim: SimEnv,
-    data: Mutex<Option<Arc<Meeting>>>,
+    wrap: fn(Arc<dyn Device>) -> D,
+    data: Mutex<Option<Arc<D>>>,
 }
 
-impl Env for MeetingEnv {
+impl<D> WrapEnv<D> {
+    fn new(wrap: fn(Arc<dyn Device>) -> D) -> WrapEnv<D> {
+        WrapEnv {
+            sim: SimEnv::new(),
+            wrap,
+            data: Mutex::new(None),
+        }
+    }
+
+    fn data(&self) -> Arc<D> {
+        self.data
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("the data file is open")
+    }
+}
+
+impl<D: Device + 'static> Env for WrapEnv<D> {
     fn location(&self) -> String {
         self.sim.location()
     }
@@ -94,16 +114,22 @@ impl Env for MeetingEnv {
         if kind != FileKind::Data {
             return Ok(Some(dev));
         }
-        let m = Arc::new(Meeting {
-            inner: dev,
-            armed: AtomicBool::new(false),
-            arrivals: Mutex::new(0),
-            arrived: Condvar::new(),
-            met: AtomicU64::new(0),
-            alone: AtomicU64::new(0),
-        });
-        *self.data.lock().unwrap() = Some(m.clone());
-        Ok(Some(m))
+        let d = Arc::new((self.wrap)(dev));
+        *self.data.lock().unwrap() = Some(d.clone());
+        Ok(Some(d))
+    }
+}
+
+type MeetingEnv = WrapEnv<Meeting>;
+
+fn meeting(inner: Arc<dyn Device>) -> Meeting {
+    Meeting {
+        inner,
+        armed: AtomicBool::new(false),
+        arrivals: Mutex::new(0),
+        arrived: Condvar::new(),
+        met: AtomicU64::new(0),
+        alone: AtomicU64::new(0),
     }
 }
 
@@ -147,12 +173,9 @@ fn cold_tree(env: &dyn Env, engine: fn(Options) -> Options) -> Db {
 /// read waits for the other's. With reads taking the database alone (as before the fifteenth
 /// session), the first would wait its five seconds out, alone.
 fn two_readers_read_the_device_at_once(engine: fn(Options) -> Options) {
-    let env = MeetingEnv {
-        sim: SimEnv::new(),
-        data: Mutex::new(None),
-    };
+    let env = MeetingEnv::new(meeting);
     let db = cold_tree(&env, engine);
-    let dev = env.data.lock().unwrap().clone().unwrap();
+    let dev = env.data();
     two_at_once(&dev, "a reader", |t| {
         let k = 3_000 + 11_000 * t;
         assert_eq!(db.get(key(k)).unwrap(), Some(k.to_le_bytes().to_vec()));
@@ -327,17 +350,14 @@ fn two_versioned_readers_read_the_device_at_once(
     engine: fn() -> VersionedEngineOptions,
     keys: u64,
 ) {
-    let env = MeetingEnv {
-        sim: SimEnv::new(),
-        data: Mutex::new(None),
-    };
+    let env = MeetingEnv::new(meeting);
     let db = VersionedDb::open_in(&env, versioned_opts(engine())).unwrap();
     for i in 0..keys {
         db.put_at(ROOT_VERSION, key(i), i.to_le_bytes()).unwrap();
     }
     db.close().unwrap();
     let db = VersionedDb::open_in(&env, versioned_opts(engine())).unwrap();
-    let dev = env.data.lock().unwrap().clone().unwrap();
+    let dev = env.data();
     two_at_once(&dev, "a reader", |t| {
         let k = (3 + 11 * t) * keys / 20;
         assert_eq!(
@@ -508,4 +528,111 @@ fn versioned_readers_beside_a_writer_see_whole_changes_in_order(
         m.engine.cache
     );
     db.close().unwrap();
+}
+
+/// A data device whose next write, once armed, waits for the test's word and then fails.
+#[derive(Debug)]
+struct HeldFailure {
+    inner: Arc<dyn Device>,
+    armed: AtomicBool,
+    /// None until the armed write arrives; then false while it is held, true to let it fail.
+    held: Mutex<Option<bool>>,
+    changed: Condvar,
+}
+
+impl Device for HeldFailure {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            let mut held = self.held.lock().unwrap();
+            *held = Some(false);
+            self.changed.notify_all();
+            while *held != Some(true) {
+                held = self.changed.wait(held).unwrap();
+            }
+            return Err(strata::Error::Io {
+                context: format!("write {} bytes at {offset}", data.len()),
+                source: std::io::Error::other("injected IO error"),
+            });
+        }
+        self.inner.write_at(data, offset)
+    }
+    fn sync(&self) -> Result<()> {
+        self.inner.sync()
+    }
+    fn len(&self) -> Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+/// A batch fails on a data-file write made while it holds the state (its apply and settle),
+/// and poisons the database. A reader and a synced writer queued on the state meanwhile got
+/// past the poison check before the failure: they must still get the poison, not the part of
+/// the batch memory holds (the reader) or a log record numbered after the one taken back,
+/// which replay would never reach (the writer, acknowledged and then lost).
+#[test]
+fn a_reader_and_a_writer_queued_behind_a_failing_batch_get_the_poison() {
+    let env = WrapEnv::new(|inner| HeldFailure {
+        inner,
+        armed: AtomicBool::new(false),
+        held: Mutex::new(None),
+        changed: Condvar::new(),
+    });
+    let opts = Options::default()
+        .durability(Durability::Sync)
+        .cache_bytes(256 << 10)
+        .background_merges(false);
+    let db = Db::open_in(&env, opts).unwrap();
+    db.put("a", "old").unwrap();
+    let dev = env.data();
+    dev.armed.store(true, Ordering::SeqCst);
+    std::thread::scope(|s| {
+        let batch = s.spawn(|| {
+            // More than the pool holds: the settle writes nodes back.
+            let mut b = WriteBatch::new();
+            b.put("a", "new");
+            for i in 0..4000 {
+                b.put(key(i), [7u8; 200]);
+            }
+            db.write(b)
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while *dev.held.lock().unwrap() != Some(false) {
+            assert!(
+                !batch.is_finished(),
+                "the batch wrote nothing to the data file"
+            );
+            assert!(Instant::now() < deadline, "no write came");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let reader = s.spawn(|| db.get("a"));
+        let writer = s.spawn(|| db.put("b", "x"));
+        // Both reach the state's lock and wait there.
+        std::thread::sleep(Duration::from_millis(100));
+        *dev.held.lock().unwrap() = Some(true);
+        dev.changed.notify_all();
+        assert!(batch.join().unwrap().is_err());
+        let read = reader.join().unwrap();
+        assert!(
+            matches!(read, Err(strata::Error::Poisoned { .. })),
+            "the reader got {read:?}"
+        );
+        let wrote = writer.join().unwrap();
+        assert!(
+            matches!(wrote, Err(strata::Error::Poisoned { .. })),
+            "the writer got {wrote:?}"
+        );
+    });
+    drop(db);
+    let db = Db::open_in(&env, Options::default()).unwrap();
+    assert_eq!(db.get("a").unwrap().as_deref(), Some(&b"old"[..]));
+    assert_eq!(db.get("b").unwrap(), None);
 }
