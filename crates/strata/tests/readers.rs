@@ -6,12 +6,16 @@
 //! order, and frozen versions that stay as they were) and never go back in time, and that the
 //! memory budget still holds between calls.
 
+mod common;
+
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use strata::storage::{Device, Env, EnvLock, FileKind, SimEnv};
+use common::wrap::WrapEnv;
+
+use strata::storage::{Device, Env, SimEnv};
 use strata::{
     CowConfig, Db, Durability, LsmConfig, Options, Result, SdaConfig, Version, VersionedDb,
     VersionedEngineOptions, VersionedOptions, WriteBatch, ROOT_VERSION,
@@ -70,53 +74,6 @@ impl Device for Meeting {
     }
     fn set_len(&self, len: u64) -> Result<()> {
         self.inner.set_len(len)
-    }
-}
-
-/// A simulated environment whose data file goes through a wrapper `D` (a `Meeting`, a
-/// `HeldFailure`), kept for the test to reach.
-#[derive(Debug)]
-struct WrapEnv<D> {
-    sim: SimEnv,
-    wrap: fn(Arc<dyn Device>) -> D,
-    data: Mutex<Option<Arc<D>>>,
-}
-
-impl<D> WrapEnv<D> {
-    fn new(wrap: fn(Arc<dyn Device>) -> D) -> WrapEnv<D> {
-        WrapEnv {
-            sim: SimEnv::new(),
-            wrap,
-            data: Mutex::new(None),
-        }
-    }
-
-    fn data(&self) -> Arc<D> {
-        self.data
-            .lock()
-            .unwrap()
-            .clone()
-            .expect("the data file is open")
-    }
-}
-
-impl<D: Device + 'static> Env for WrapEnv<D> {
-    fn location(&self) -> String {
-        self.sim.location()
-    }
-    fn lock(&self, name: &str, create: bool) -> Result<EnvLock> {
-        self.sim.lock(name, create)
-    }
-    fn open(&self, name: &str, kind: FileKind, create: bool) -> Result<Option<Arc<dyn Device>>> {
-        let Some(dev) = self.sim.open(name, kind, create)? else {
-            return Ok(None);
-        };
-        if kind != FileKind::Data {
-            return Ok(Some(dev));
-        }
-        let d = Arc::new((self.wrap)(dev));
-        *self.data.lock().unwrap() = Some(d.clone());
-        Ok(Some(d))
     }
 }
 

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod keys;
+pub mod wrap;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,7 @@
 //! Point and range queries at a version v: the buffer, then every array whose W holds v (at
-//! most one per level, by stratification). For each key the candidates are the entries whose
+//! most one per level by stratification once merges are done; while a merge runs on its
+//! thread, checkpoints' flushes may leave any number at level 0, and nothing here counts on
+//! the bound). For each key the candidates are the entries whose
 //! version is v or an ancestor; the answer is the one with the largest version (the nearest
 //! ancestor, since numbers grow downwards), the newest seq among equals; a tombstone answers
 //! "absent".
@@ -270,7 +272,8 @@ impl Sda {
         }
     }
 
-    /// The arrays serving `v` (at most one per level), with their levels.
+    /// The arrays serving `v` (one per level, but for level 0 while a merge runs), with their
+    /// levels.
     fn serving(&self, v: Version) -> Vec<(NodeId, usize)> {
         let mut out = Vec::new();
         for (level, arrays) in self.levels.iter().enumerate() {
@@ -390,8 +393,6 @@ impl Sda {
                     .map(move |b| (x, b.range(x, lo, hi, reverse).peekable()))
             })
             .collect();
-        // One array per level (stratification): `at_key` below has a bit for each.
-        debug_assert!(cursors.len() <= MAX_LEVELS);
         let ancestry = Ancestry::from(chain);
         let reads = self.reads();
         let (pager, cache) = (&self.pager, &self.cache);
@@ -403,10 +404,14 @@ impl Sda {
             Ordering::Less
         };
         let mut key = Vec::new();
+        // The cursors at the nearest key, in order. Not a bitmask: one array per level
+        // serves a version once merges are done, but checkpoints flush without waiting for
+        // a running merge, so level 0 may hold any number of arrays meanwhile.
+        let mut at_key: Vec<usize> = Vec::new();
         loop {
             // Every cursor at its front (a spent one dropped: it has nothing more), then the
-            // nearest front key, copied once into `key`, and the cursors at it (a bit each:
-            // at most one per level, `MAX_LEVELS` < 64), each front compared once.
+            // nearest front key, copied once into `key`, and the cursors at it, each front
+            // compared once.
             let mut i = 0;
             while i < cursors.len() {
                 if cursors[i].ready || cursors[i].front(pager, recent, cache, reads, &ancestry)? {
@@ -423,15 +428,16 @@ impl Sda {
                     }
                 }
             }
-            let mut at_key = 0u64;
+            at_key.clear();
             for (ci, c) in cursors.iter().enumerate() {
                 let k = c.current_key();
                 match nearest.map(|x| k.cmp(x)) {
-                    Some(Ordering::Equal) => at_key |= 1 << ci,
+                    Some(Ordering::Equal) => at_key.push(ci),
                     Some(o) if o != first => {}
                     _ => {
                         nearest = Some(k);
-                        at_key = 1 << ci;
+                        at_key.clear();
+                        at_key.push(ci);
                     }
                 }
             }
@@ -447,9 +453,7 @@ impl Sda {
                     take(&mut best, *x, *seq, Found::Buffer(value.as_deref()));
                 }
             }
-            while at_key != 0 {
-                let ci = at_key.trailing_zeros() as usize;
-                at_key &= at_key - 1;
+            for &ci in &at_key {
                 let c = &mut cursors[ci];
                 // Every entry of the key the scan sees (nearest first forward, last in
                 // reverse). A key's entries share a block: no read is needed to pass them, and
