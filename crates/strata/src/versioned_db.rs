@@ -843,6 +843,10 @@ impl VersionedDb {
         let mut st = self.state()?;
         // The checker reads every block from the file: the checkpoint in flight first.
         self.finish_checkpoint(&mut st, true)?;
+        // The levels are checked settled: the flush and merges in flight installed, those due
+        // run. These change the engine, and one that fails has taken its inputs out of memory
+        // (the frozen buffer, a merge's arrays): that poisons, as it does in a change.
+        st.engine.finish_merges().map_err(|e| self.poisoned(e))?;
         st.engine.check()
     }
 

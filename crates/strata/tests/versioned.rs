@@ -1657,3 +1657,93 @@ fn scans_take_any_number_of_arrays_at_a_level_while_a_merge_runs() {
     drop(dev);
     db.close().unwrap();
 }
+
+/// A data file whose writes from the SDA's flush thread fail once armed.
+#[derive(Debug)]
+struct FlushWritesFail {
+    inner: std::sync::Arc<dyn strata::storage::Device>,
+    armed: std::sync::atomic::AtomicBool,
+    failed: std::sync::atomic::AtomicU64,
+}
+
+impl strata::storage::Device for FlushWritesFail {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> strata::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> strata::Result<()> {
+        if self.armed.load(std::sync::atomic::Ordering::SeqCst)
+            && std::thread::current().name() == Some("strata-sda-flush")
+        {
+            self.failed
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            return Err(strata::Error::Io {
+                context: format!("write {} bytes at {offset}", data.len()),
+                source: std::io::Error::other("injected IO error"),
+            });
+        }
+        self.inner.write_at(data, offset)
+    }
+    fn sync(&self) -> strata::Result<()> {
+        self.inner.sync()
+    }
+    fn len(&self) -> strata::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> strata::Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+/// `check` settles the SDA first: it installs the flush running on its thread. When that
+/// flush failed, the frozen buffer's changes are out of memory, so `check` must poison the
+/// database as a change that met the failure would, not leave it answering without them
+/// (and a later checkpoint covering their log records). Reopened, the log has them all.
+#[test]
+fn a_check_that_meets_a_failed_flush_poisons_the_database() {
+    let env = WrapEnv::new(|inner| FlushWritesFail {
+        inner,
+        armed: std::sync::atomic::AtomicBool::new(false),
+        failed: std::sync::atomic::AtomicU64::new(0),
+    });
+    let o = VersionedOptions {
+        engine: VersionedEngineOptions::Sda(SdaConfig {
+            buffer_bytes: 16 << 10,
+            ..SdaConfig::default()
+        }),
+        durability: Durability::Sync,
+        ..VersionedOptions::default()
+    };
+    let db = VersionedDb::open_in(&env, o.clone()).unwrap();
+    let dev = env.data();
+    dev.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    // Enough for the buffer to fill and be handed to the flush thread, whose writes fail.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut n = 0u32;
+    while dev.failed.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no flush failed");
+        if n < 2000 {
+            db.put_at(ROOT_VERSION, n.to_be_bytes(), [5u8; 40]).unwrap();
+            n += 1;
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    assert!(db.check().is_err(), "the failed flush is reported");
+    let got = db.get_at(ROOT_VERSION, 0u32.to_be_bytes());
+    assert!(
+        matches!(got, Err(Error::Poisoned { .. })),
+        "a read after it: {got:?}"
+    );
+    drop(db);
+    dev.armed.store(false, std::sync::atomic::Ordering::SeqCst);
+    let db = VersionedDb::open_in(&env, o).unwrap();
+    for i in 0..n {
+        assert!(
+            db.get_at(ROOT_VERSION, i.to_be_bytes()).unwrap().is_some(),
+            "key {i} of {n}"
+        );
+    }
+}
