@@ -6,7 +6,8 @@
 //! - `L` + index (u64, big-endian): a log entry. Big-endian so key order is index order and the
 //!   last entry is the last key of the range.
 //! - `M` + name: the log store's marks (vote, committed, last purged log id).
-//! - `S` + `a`: the state machine's last applied log id and membership.
+//! - `S` + `a`: the state machine's last applied log id and membership, in that order (the
+//!   log store reads the log id alone, as a prefix of the value).
 //! - `D` + user key: the state machine's key-value map.
 //! - `P` + `m`: the current snapshot's meta; `P` + `c` + chunk number (u32, big-endian): its
 //!   data, cut into chunks below strata's value limit.

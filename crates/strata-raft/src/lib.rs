@@ -48,9 +48,12 @@ pub fn over(db: Arc<strata::Db>) -> strata::Result<(LogStore<TypeConfig>, StateM
             source: e,
         })?,
     );
-    let sm = StateMachine::open(db.clone(), flusher.clone()).map_err(|e| strata::Error::Io {
-        context: "read the state machine's applied mark".into(),
-        source: std::io::Error::other(e.to_string()),
+    let receiving = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sm = StateMachine::open(db.clone(), flusher.clone(), receiving.clone()).map_err(|e| {
+        strata::Error::Io {
+            context: "read the state machine's applied mark".into(),
+            source: std::io::Error::other(e.to_string()),
+        }
     })?;
-    Ok((LogStore::new(db, flusher), sm))
+    Ok((LogStore::new(db, flusher, receiving), sm))
 }

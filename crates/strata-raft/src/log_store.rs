@@ -7,12 +7,16 @@
 //! - Vote, committed and purged marks return only once durable.
 //! - `truncate` is one range delete; `purge` is the purged mark plus one range delete, in one
 //!   atomic batch. So the log never has a hole, and a crash leaves a purge whole or absent.
+//! - While a snapshot is being received, the purged mark does not pass the state machine's
+//!   applied mark: the purge openraft asks for after handing over the snapshot's install is
+//!   left to the install's batch.
 //! - Entries are visible to readers once written, before they are durable; openraft reads only
 //!   entries it asked to append.
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
@@ -57,6 +61,9 @@ pub(crate) fn decode<T: DeserializeOwned, NID: openraft::NodeId>(
 pub struct LogStore<C: RaftTypeConfig> {
     db: Arc<Db>,
     flusher: Arc<Flusher>,
+    /// Set by the state machine from `begin_receiving_snapshot` until that snapshot's install
+    /// (see `purge`).
+    receiving: Arc<AtomicBool>,
     _c: PhantomData<C>,
 }
 
@@ -65,16 +72,18 @@ impl<C: RaftTypeConfig> Clone for LogStore<C> {
         LogStore {
             db: self.db.clone(),
             flusher: self.flusher.clone(),
+            receiving: self.receiving.clone(),
             _c: PhantomData,
         }
     }
 }
 
 impl<C: RaftTypeConfig> LogStore<C> {
-    pub(crate) fn new(db: Arc<Db>, flusher: Arc<Flusher>) -> Self {
+    pub(crate) fn new(db: Arc<Db>, flusher: Arc<Flusher>, receiving: Arc<AtomicBool>) -> Self {
         LogStore {
             db,
             flusher,
+            receiving,
             _c: PhantomData,
         }
     }
@@ -262,6 +271,20 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
     }
 
     async fn purge(&mut self, log_id: LogId<C::NodeId>) -> Result<(), StorageError<C::NodeId>> {
+        // openraft purges the entries a received snapshot covers right after handing the
+        // snapshot to the state machine to install, without waiting for the install. Written
+        // here, that purge could become durable before the install and leave, after a crash,
+        // a log purged past the state machine, which no restart repairs. So while a snapshot
+        // is being received, a purge past the applied mark is left to the install's own
+        // batch, which makes it with the state it installs (`StateMachine::install_snapshot`).
+        // The applied mark's value begins with the last applied log id (`keys`).
+        if self.receiving.load(Ordering::SeqCst) {
+            let applied: Option<LogId<C::NodeId>> =
+                self.get_mark(keys::APPLIED, ErrorSubject::StateMachine)?;
+            if applied.is_none_or(|a| a.index < log_id.index) {
+                return Ok(());
+            }
+        }
         let mut b = WriteBatch::new();
         b.put(keys::PURGED, encode(&log_id));
         b.delete_range(keys::log(0), keys::log_through(log_id.index));

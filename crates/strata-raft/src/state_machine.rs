@@ -13,7 +13,9 @@
 //!   pre-image). The builder takes pre-images over the live values. So applies wait at most one
 //!   page, and the snapshot still matches `last_log_id` exactly.
 //! - Installing a snapshot is one atomic batch: the map cleared by a range delete, the
-//!   snapshot's pairs, the last-applied mark and the stored snapshot. A build in flight sees the
+//!   snapshot's pairs, the last-applied mark, the stored snapshot and the purge of the log it
+//!   covers (openraft asks for that purge without waiting for the install: see
+//!   `LogStore::purge`). A build in flight sees the
 //!   install (a generation number) and starts again from the installed state.
 //! - The current snapshot is stored in the `P` range, meta and chunks in one batch, durable
 //!   before `build_snapshot` or `install_snapshot` returns. Snapshots are held in memory
@@ -23,7 +25,7 @@
 use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -91,6 +93,9 @@ struct Inner {
     /// One build at a time: the capture in `State` belongs to it.
     build_lock: tokio::sync::Mutex<()>,
     builds: AtomicU64,
+    /// Up from `begin_receiving_snapshot` to the install that follows it: the log store then
+    /// leaves a purge past the applied mark to the install (`LogStore::purge`).
+    receiving: Arc<AtomicBool>,
 }
 
 /// The replicated key-value map. Clones share the state; one is the snapshot builder.
@@ -147,7 +152,11 @@ fn parse_pairs(mut p: &[u8]) -> Result<Pairs<'_>, String> {
 }
 
 impl StateMachine {
-    pub(crate) fn open(db: Arc<Db>, flusher: Arc<Flusher>) -> Result<StateMachine, Err> {
+    pub(crate) fn open(
+        db: Arc<Db>,
+        flusher: Arc<Flusher>,
+        receiving: Arc<AtomicBool>,
+    ) -> Result<StateMachine, Err> {
         let applied = db
             .get(keys::APPLIED)
             .map_err(|e| io_err(ErrorSubject::StateMachine, ErrorVerb::Read, e))?;
@@ -169,6 +178,7 @@ impl StateMachine {
                 }),
                 build_lock: tokio::sync::Mutex::new(()),
                 builds: AtomicU64::new(0),
+                receiving,
             }),
         })
     }
@@ -415,6 +425,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, Err> {
+        self.inner.receiving.store(true, Ordering::SeqCst);
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
@@ -436,6 +447,23 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             keys::APPLIED,
             encode(&(meta.last_log_id, &meta.last_membership)),
         );
+        // The log the snapshot covers is purged in the same batch: openraft's purge of it may
+        // come before this install, and `LogStore::purge` leaves it to this batch.
+        if let Some(last) = &meta.last_log_id {
+            let purged: Option<LogId<NodeId>> = match self
+                .inner
+                .db
+                .get(keys::PURGED)
+                .map_err(|e| io_err(subject.clone(), ErrorVerb::Read, e))?
+            {
+                Some(v) => Some(decode(&v, subject.clone())?),
+                None => None,
+            };
+            if purged.as_ref().is_none_or(|p| p < last) {
+                b.put(keys::PURGED, encode(last));
+                b.delete_range(keys::log(0), keys::log_through(last.index));
+            }
+        }
         Self::stage_snapshot(&mut b, meta, &data);
         {
             let mut st = self.state();
@@ -448,6 +476,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             st.last_applied = meta.last_log_id;
             st.membership = meta.last_membership.clone();
         }
+        self.inner.receiving.store(false, Ordering::SeqCst);
         self.inner
             .flusher
             .sync()

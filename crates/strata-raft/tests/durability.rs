@@ -255,3 +255,75 @@ async fn acknowledged_entries_and_marks_survive_power_cuts() {
     }
     println!("of 12 cuts: {raced} kept the unacknowledged append, {unapplied} lost the last apply");
 }
+
+/// openraft purges the log a received snapshot covers right after handing the snapshot's
+/// install to the state machine, without waiting for it. A crash between the two must not
+/// leave the log purged past the state machine (no restart repairs that): the store leaves
+/// that purge to the install's batch, which purges with the state it installs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_ahead_of_its_snapshots_install_never_outruns_the_state_machine() {
+    const KEYS: u64 = 30;
+    // The leader's snapshot at 500.
+    let leader = tempfile::tempdir().unwrap();
+    let snap = {
+        let (_log, mut sm) = strata_raft::open(leader.path(), strata::Options::default()).unwrap();
+        sm.apply(
+            (1..=500)
+                .map(|i| entry(i, command(i, KEYS)))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .unwrap();
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap()
+    };
+    let env = strata::storage::SimEnv::new();
+    let open = |env: &strata::storage::SimEnv| {
+        let db = Arc::new(strata::Db::open_in(env, strata::Options::default()).unwrap());
+        strata_raft::over(db).unwrap()
+    };
+    {
+        let (mut log, mut sm) = open(&env);
+        let entries: Vec<_> = (1..=10).map(|i| entry(i, command(i, KEYS))).collect();
+        log.blocking_append(entries.clone()).await.unwrap();
+        log.save_committed(Some(log_id(10))).await.unwrap();
+        sm.apply(entries).await.unwrap();
+        // The follower receives the snapshot; openraft hands over the install and purges.
+        let _data = sm.begin_receiving_snapshot().await.unwrap();
+        log.purge(log_id(500)).await.unwrap();
+        // A durable write after it: whatever the purge wrote is durable too.
+        log.save_vote(&Vote::new_committed(2, 1)).await.unwrap();
+    }
+    env.crash();
+    {
+        let (mut log, mut sm) = open(&env);
+        let state = log.get_log_state().await.unwrap();
+        let applied = sm.applied_state().await.unwrap().0;
+        assert_eq!(applied, Some(log_id(10)));
+        assert!(
+            state.last_purged_log_id <= applied,
+            "purged {:?} past applied {applied:?}",
+            state.last_purged_log_id
+        );
+        assert_eq!(log.try_get_log_entries(0..20).await.unwrap().len(), 10);
+        // This time the install comes: it purges the log it covers with its state.
+        let _data = sm.begin_receiving_snapshot().await.unwrap();
+        log.purge(log_id(500)).await.unwrap();
+        let meta = snap.meta.clone();
+        let data = std::io::Cursor::new(snap.snapshot.get_ref().clone());
+        sm.install_snapshot(&meta, Box::new(data)).await.unwrap();
+        // A later purge the snapshot covers goes through as before.
+        log.purge(log_id(500)).await.unwrap();
+    }
+    env.crash();
+    let (mut log, mut sm) = open(&env);
+    let state = log.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(500)));
+    assert_eq!(state.last_log_id, Some(log_id(500)));
+    assert!(log.try_get_log_entries(0..600).await.unwrap().is_empty());
+    assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(500)));
+    assert_eq!(sm.pairs().unwrap(), model(500, KEYS));
+}
