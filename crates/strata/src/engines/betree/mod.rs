@@ -296,9 +296,12 @@ impl BeTree {
         };
         if absent > 1 {
             let whole = read_whole(self.store.pager(), pin.id())?;
-            pin.write()
-                .install_from(self.store.pager(), pin.id(), &whole, true)?;
+            let installed = pin
+                .write()
+                .install_from(self.store.pager(), pin.id(), &whole, true);
+            // Charged for what it holds even when a partition failed: those before it stay.
             self.store.recharge(pin);
+            installed?;
         }
         for i in missing {
             self.load_part(pin, i)?;
