@@ -1658,12 +1658,26 @@ fn scans_take_any_number_of_arrays_at_a_level_while_a_merge_runs() {
     db.close().unwrap();
 }
 
-/// A data file whose writes from the SDA's flush thread fail once armed.
+/// A data file whose writes from the SDA's flush thread, once armed, wait for the test's word
+/// and then fail.
 #[derive(Debug)]
 struct FlushWritesFail {
     inner: std::sync::Arc<dyn strata::storage::Device>,
     armed: std::sync::atomic::AtomicBool,
-    failed: std::sync::atomic::AtomicU64,
+    /// Writes held so far, and whether to let them fail.
+    held: std::sync::Mutex<(u64, bool)>,
+    changed: std::sync::Condvar,
+}
+
+impl FlushWritesFail {
+    fn held(&self) -> u64 {
+        self.held.lock().unwrap().0
+    }
+
+    fn let_fail(&self) {
+        self.held.lock().unwrap().1 = true;
+        self.changed.notify_all();
+    }
 }
 
 impl strata::storage::Device for FlushWritesFail {
@@ -1677,8 +1691,11 @@ impl strata::storage::Device for FlushWritesFail {
         if self.armed.load(std::sync::atomic::Ordering::SeqCst)
             && std::thread::current().name() == Some("strata-sda-flush")
         {
-            self.failed
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut held = self.held.lock().unwrap();
+            held.0 += 1;
+            while !held.1 {
+                held = self.changed.wait(held).unwrap();
+            }
             return Err(strata::Error::Io {
                 context: format!("write {} bytes at {offset}", data.len()),
                 source: std::io::Error::other("injected IO error"),
@@ -1706,7 +1723,8 @@ fn a_check_that_meets_a_failed_flush_poisons_the_database() {
     let env = WrapEnv::new(|inner| FlushWritesFail {
         inner,
         armed: std::sync::atomic::AtomicBool::new(false),
-        failed: std::sync::atomic::AtomicU64::new(0),
+        held: std::sync::Mutex::new((0, false)),
+        changed: std::sync::Condvar::new(),
     });
     let o = VersionedOptions {
         engine: VersionedEngineOptions::Sda(SdaConfig {
@@ -1719,18 +1737,33 @@ fn a_check_that_meets_a_failed_flush_poisons_the_database() {
     let db = VersionedDb::open_in(&env, o.clone()).unwrap();
     let dev = env.data();
     dev.armed.store(true, std::sync::atomic::Ordering::SeqCst);
-    // Enough for the buffer to fill and be handed to the flush thread, whose writes fail.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let mut n = 0u32;
-    while dev.failed.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-        assert!(std::time::Instant::now() < deadline, "no flush failed");
-        if n < 2000 {
-            db.put_at(ROOT_VERSION, n.to_be_bytes(), [5u8; 40]).unwrap();
-            n += 1;
-        } else {
-            std::thread::sleep(std::time::Duration::from_millis(1));
+    // Changes until the buffer is handed to the flush thread and its write is held; then
+    // none, so that no change meets the failure before `check` does. On a thread, so that a
+    // writer held by the next buffer's wait for the flush fails the test instead of hanging.
+    let n = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut n = 0u32;
+            while dev.held() == 0 && n < 100_000 {
+                db.put_at(ROOT_VERSION, n.to_be_bytes(), [5u8; 40]).unwrap();
+                n += 1;
+                // A buffer takes some 300 changes: the flush thread has that long to come
+                // to its write before the next buffer would wait for it.
+                std::thread::sleep(std::time::Duration::from_micros(500));
+            }
+            n
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !writer.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
-    }
+        let stuck = !writer.is_finished();
+        dev.let_fail();
+        let n = writer.join();
+        assert!(!stuck, "the writer waited for the held flush");
+        n.unwrap()
+    });
+    assert!(n < 100_000, "no flush began");
+    dev.let_fail();
     assert!(db.check().is_err(), "the failed flush is reported");
     let got = db.get_at(ROOT_VERSION, 0u32.to_be_bytes());
     assert!(
