@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use common::wrap::WrapEnv;
+use common::wrap::{pass, pass_write, Hooked, WrapEnv};
 
 use strata::storage::{Device, Env, SimEnv};
 use strata::{
@@ -21,11 +21,11 @@ use strata::{
     VersionedEngineOptions, VersionedOptions, WriteBatch, ROOT_VERSION,
 };
 
-/// A data device that, once armed, holds every read until a second one is in flight (or a
-/// deadline passes): two readers meet there only if both are inside the engine at once.
+/// The state of a data device that, once armed, holds every read until a second one is in
+/// flight (or a deadline passes): two readers meet there only if both are inside the engine
+/// at once (`meet`).
 #[derive(Debug)]
 struct Meeting {
-    inner: Arc<dyn Device>,
     armed: AtomicBool,
     /// Reads that arrived while armed: the first waits for the second, later ones go on.
     arrivals: Mutex<usize>,
@@ -35,58 +35,40 @@ struct Meeting {
     alone: AtomicU64,
 }
 
-impl Meeting {
-    fn wait_for_company(&self) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut n = self.arrivals.lock().unwrap();
-        *n += 1;
-        self.arrived.notify_all();
-        while *n < 2 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                self.alone.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            n = self.arrived.wait_timeout(n, left).unwrap().0;
-        }
-        self.met.fetch_add(1, Ordering::Relaxed);
+fn meet(m: &Meeting) -> Result<()> {
+    if !m.armed.load(Ordering::Relaxed) {
+        return Ok(());
     }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut n = m.arrivals.lock().unwrap();
+    *n += 1;
+    m.arrived.notify_all();
+    while *n < 2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            m.alone.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        n = m.arrived.wait_timeout(n, left).unwrap().0;
+    }
+    m.met.fetch_add(1, Ordering::Relaxed);
+    Ok(())
 }
 
-impl Device for Meeting {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        if self.armed.load(Ordering::Relaxed) {
-            self.wait_for_company();
-        }
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
-        self.inner.write_at(data, offset)
-    }
-    fn sync(&self) -> Result<()> {
-        self.inner.sync()
-    }
-    fn len(&self) -> Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> Result<()> {
-        self.inner.set_len(len)
-    }
-}
+type MeetingEnv = WrapEnv<Hooked<Meeting>>;
 
-type MeetingEnv = WrapEnv<Meeting>;
-
-fn meeting(inner: Arc<dyn Device>) -> Meeting {
-    Meeting {
+fn meeting(inner: Arc<dyn Device>) -> Hooked<Meeting> {
+    Hooked {
         inner,
-        armed: AtomicBool::new(false),
-        arrivals: Mutex::new(0),
-        arrived: Condvar::new(),
-        met: AtomicU64::new(0),
-        alone: AtomicU64::new(0),
+        state: Meeting {
+            armed: AtomicBool::new(false),
+            arrivals: Mutex::new(0),
+            arrived: Condvar::new(),
+            met: AtomicU64::new(0),
+            alone: AtomicU64::new(0),
+        },
+        on_read: meet,
+        on_write: pass_write,
     }
 }
 
@@ -133,7 +115,7 @@ fn two_readers_read_the_device_at_once(engine: fn(Options) -> Options) {
     let env = MeetingEnv::new(meeting);
     let db = cold_tree(&env, engine);
     let dev = env.data();
-    two_at_once(&dev, "a reader", |t| {
+    two_at_once(&dev.state, "a reader", |t| {
         let k = 3_000 + 11_000 * t;
         assert_eq!(db.get(key(k)).unwrap(), Some(k.to_le_bytes().to_vec()));
     });
@@ -315,14 +297,14 @@ fn two_versioned_readers_read_the_device_at_once(
     db.close().unwrap();
     let db = VersionedDb::open_in(&env, versioned_opts(engine())).unwrap();
     let dev = env.data();
-    two_at_once(&dev, "a reader", |t| {
+    two_at_once(&dev.state, "a reader", |t| {
         let k = (3 + 11 * t) * keys / 20;
         assert_eq!(
             db.get_at(ROOT_VERSION, key(k)).unwrap(),
             Some(k.to_le_bytes().to_vec())
         );
     });
-    two_at_once(&dev, "a scan", |t| {
+    two_at_once(&dev.state, "a scan", |t| {
         let lo = (6 + 11 * t) * keys / 20;
         let got: Vec<_> = db
             .range_at(ROOT_VERSION, key(lo)..key(lo + 100))
@@ -487,47 +469,30 @@ fn versioned_readers_beside_a_writer_see_whole_changes_in_order(
     db.close().unwrap();
 }
 
-/// A data device whose next write, once armed, waits for the test's word and then fails.
+/// The state of a data device whose next write, once armed, waits for the test's word and
+/// then fails (`held_write`).
 #[derive(Debug)]
-struct HeldFailure {
-    inner: Arc<dyn Device>,
+struct Held {
     armed: AtomicBool,
     /// None until the armed write arrives; then false while it is held, true to let it fail.
     held: Mutex<Option<bool>>,
     changed: Condvar,
 }
 
-impl Device for HeldFailure {
-    fn name(&self) -> &str {
-        self.inner.name()
+fn held_write(h: &Held, data: &[u8], offset: u64) -> Result<()> {
+    if !h.armed.swap(false, Ordering::SeqCst) {
+        return Ok(());
     }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.inner.read_at(buf, offset)
+    let mut held = h.held.lock().unwrap();
+    *held = Some(false);
+    h.changed.notify_all();
+    while *held != Some(true) {
+        held = h.changed.wait(held).unwrap();
     }
-    fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
-        if self.armed.swap(false, Ordering::SeqCst) {
-            let mut held = self.held.lock().unwrap();
-            *held = Some(false);
-            self.changed.notify_all();
-            while *held != Some(true) {
-                held = self.changed.wait(held).unwrap();
-            }
-            return Err(strata::Error::Io {
-                context: format!("write {} bytes at {offset}", data.len()),
-                source: std::io::Error::other("injected IO error"),
-            });
-        }
-        self.inner.write_at(data, offset)
-    }
-    fn sync(&self) -> Result<()> {
-        self.inner.sync()
-    }
-    fn len(&self) -> Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> Result<()> {
-        self.inner.set_len(len)
-    }
+    Err(strata::Error::Io {
+        context: format!("write {} bytes at {offset}", data.len()),
+        source: std::io::Error::other("injected IO error"),
+    })
 }
 
 /// A batch fails on a data-file write made while it holds the state (its apply and settle),
@@ -537,11 +502,15 @@ impl Device for HeldFailure {
 /// which replay would never reach (the writer, acknowledged and then lost).
 #[test]
 fn a_reader_and_a_writer_queued_behind_a_failing_batch_get_the_poison() {
-    let env = WrapEnv::new(|inner| HeldFailure {
+    let env = WrapEnv::new(|inner| Hooked {
         inner,
-        armed: AtomicBool::new(false),
-        held: Mutex::new(None),
-        changed: Condvar::new(),
+        state: Held {
+            armed: AtomicBool::new(false),
+            held: Mutex::new(None),
+            changed: Condvar::new(),
+        },
+        on_read: pass,
+        on_write: held_write,
     });
     let opts = Options::default()
         .durability(Durability::Sync)
@@ -550,7 +519,7 @@ fn a_reader_and_a_writer_queued_behind_a_failing_batch_get_the_poison() {
     let db = Db::open_in(&env, opts).unwrap();
     db.put("a", "old").unwrap();
     let dev = env.data();
-    dev.armed.store(true, Ordering::SeqCst);
+    dev.state.armed.store(true, Ordering::SeqCst);
     std::thread::scope(|s| {
         let batch = s.spawn(|| {
             // More than the pool holds: the settle writes nodes back.
@@ -562,7 +531,7 @@ fn a_reader_and_a_writer_queued_behind_a_failing_batch_get_the_poison() {
             db.write(b)
         });
         let deadline = Instant::now() + Duration::from_secs(20);
-        while *dev.held.lock().unwrap() != Some(false) {
+        while *dev.state.held.lock().unwrap() != Some(false) {
             assert!(
                 !batch.is_finished(),
                 "the batch wrote nothing to the data file"
@@ -574,8 +543,8 @@ fn a_reader_and_a_writer_queued_behind_a_failing_batch_get_the_poison() {
         let writer = s.spawn(|| db.put("b", "x"));
         // Both reach the state's lock and wait there.
         std::thread::sleep(Duration::from_millis(100));
-        *dev.held.lock().unwrap() = Some(true);
-        dev.changed.notify_all();
+        *dev.state.held.lock().unwrap() = Some(true);
+        dev.state.changed.notify_all();
         assert!(batch.join().unwrap().is_err());
         let read = reader.join().unwrap();
         assert!(

@@ -21,7 +21,7 @@ mod common;
 
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
 
-use common::wrap::WrapEnv;
+use common::wrap::{pass, pass_write, Hooked, WrapEnv};
 use proptest::prelude::*;
 use strata::storage::SimEnv;
 use strata::{
@@ -1337,6 +1337,18 @@ fn gated(inner: std::sync::Arc<dyn strata::storage::Device>) -> Gated {
     }
 }
 
+/// Options for the tests that hold the checkpoint thread's syncs: room for thousands of
+/// changes between checkpoints, so that the writer does not reach the next one, which waits
+/// for the held one, before its thread has come to the sync.
+fn gated_opts(kind: Kind) -> VersionedOptions {
+    VersionedOptions {
+        engine: roomier(kind),
+        background_merges: false,
+        checkpoint_wal_bytes: 256 << 10,
+        ..opts(kind, Durability::Sync)
+    }
+}
+
 /// A checkpoint begun past `checkpoint_wal_bytes` is made durable on a thread of its own, as
 /// `Db`'s: with the data file's syncs held, the writer goes on acknowledging synced changes
 /// (the log is not held) while the checkpoint's thread waits in its sync; once the syncs go
@@ -1346,14 +1358,7 @@ fn checkpoints_are_made_durable_beside_the_writer() {
     use std::sync::atomic::Ordering::SeqCst;
     for kind in KINDS {
         let env = GatedEnv::new(gated);
-        // Room for thousands of changes between checkpoints: the writer must not reach the
-        // next one, which waits for this one, before its thread has come to the sync.
-        let opts = VersionedOptions {
-            engine: roomier(kind),
-            background_merges: false,
-            checkpoint_wal_bytes: 256 << 10,
-            ..opts(kind, Durability::Sync)
-        };
+        let opts = gated_opts(kind);
         let db = VersionedDb::open_in(&env, opts.clone()).unwrap();
         let gate = env.data();
         let checkpoints = db.stats().unwrap().checkpoints;
@@ -1470,14 +1475,7 @@ fn a_damaged_newest_superblock_is_reported_after_a_crash_before_the_logs_release
     use std::sync::atomic::Ordering::SeqCst;
     for kind in KINDS {
         let env = GatedEnv::new(gated);
-        // Room for thousands of changes between checkpoints: the writer must not reach the
-        // next one, which waits for this one, before its thread has come to the sync.
-        let o = VersionedOptions {
-            engine: roomier(kind),
-            background_merges: false,
-            checkpoint_wal_bytes: 256 << 10,
-            ..opts(kind, Durability::Sync)
-        };
+        let o = gated_opts(kind);
         let db = VersionedDb::open_in(&env, o.clone()).unwrap();
         let gate = env.data();
         gate.set(true);
@@ -1545,59 +1543,42 @@ fn a_damaged_newest_superblock_is_reported_after_a_crash_before_the_logs_release
     }
 }
 
-/// A data file whose reads from the SDA's merge thread wait while the gate is shut.
+/// The state of a data file whose reads from the SDA's merge thread wait while the gate is
+/// shut (`merge_read`).
 #[derive(Debug)]
-struct MergeReadsHeld {
-    inner: std::sync::Arc<dyn strata::storage::Device>,
+struct MergeGate {
     shut: std::sync::Mutex<bool>,
     opened: std::sync::Condvar,
     held: std::sync::atomic::AtomicU64,
 }
 
-impl MergeReadsHeld {
+impl MergeGate {
     fn open(&self) {
         *self.shut.lock().unwrap() = false;
         self.opened.notify_all();
     }
 }
 
+fn merge_read(g: &MergeGate) -> strata::Result<()> {
+    if std::thread::current().name() == Some("strata-sda-merge") {
+        let mut shut = g.shut.lock().unwrap();
+        if *shut {
+            g.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        while *shut {
+            shut = g.opened.wait(shut).unwrap();
+        }
+    }
+    Ok(())
+}
+
 /// Opens the gate when dropped: a failing test must not leave the merge thread held, or the
 /// database's drop would wait for it forever.
-struct OpenOnDrop(std::sync::Arc<MergeReadsHeld>);
+struct OpenOnDrop(std::sync::Arc<Hooked<MergeGate>>);
 
 impl Drop for OpenOnDrop {
     fn drop(&mut self) {
-        self.0.open();
-    }
-}
-
-impl strata::storage::Device for MergeReadsHeld {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> strata::Result<()> {
-        if std::thread::current().name() == Some("strata-sda-merge") {
-            let mut shut = self.shut.lock().unwrap();
-            if *shut {
-                self.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            }
-            while *shut {
-                shut = self.opened.wait(shut).unwrap();
-            }
-        }
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, data: &[u8], offset: u64) -> strata::Result<()> {
-        self.inner.write_at(data, offset)
-    }
-    fn sync(&self) -> strata::Result<()> {
-        self.inner.sync()
-    }
-    fn len(&self) -> strata::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> strata::Result<()> {
-        self.inner.set_len(len)
+        self.0.state.open();
     }
 }
 
@@ -1607,11 +1588,15 @@ impl strata::storage::Device for MergeReadsHeld {
 /// at most 48), so past that a key was answered from the wrong cursor.
 #[test]
 fn scans_take_any_number_of_arrays_at_a_level_while_a_merge_runs() {
-    let env = WrapEnv::new(|inner| MergeReadsHeld {
+    let env = WrapEnv::new(|inner| Hooked {
         inner,
-        shut: std::sync::Mutex::new(true),
-        opened: std::sync::Condvar::new(),
-        held: std::sync::atomic::AtomicU64::new(0),
+        state: MergeGate {
+            shut: std::sync::Mutex::new(true),
+            opened: std::sync::Condvar::new(),
+            held: std::sync::atomic::AtomicU64::new(0),
+        },
+        on_read: merge_read,
+        on_write: pass_write,
     });
     // No block cache: the merge reads its inputs from the device, where it is held.
     let o = VersionedOptions {
@@ -1632,7 +1617,7 @@ fn scans_take_any_number_of_arrays_at_a_level_while_a_merge_runs() {
         db.checkpoint().unwrap();
         // A merge of the first flushes' arrays is due by now: hold it there.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while i == 3 && dev.0.held.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        while i == 3 && dev.0.state.held.load(std::sync::atomic::Ordering::SeqCst) == 0 {
             assert!(
                 std::time::Instant::now() < deadline,
                 "no merge was under way"
@@ -1658,18 +1643,17 @@ fn scans_take_any_number_of_arrays_at_a_level_while_a_merge_runs() {
     db.close().unwrap();
 }
 
-/// A data file whose writes from the SDA's flush thread, once armed, wait for the test's word
-/// and then fail.
+/// The state of a data file whose writes from the SDA's flush thread, once armed, wait for
+/// the test's word and then fail (`flush_write`).
 #[derive(Debug)]
-struct FlushWritesFail {
-    inner: std::sync::Arc<dyn strata::storage::Device>,
+struct FlushFails {
     armed: std::sync::atomic::AtomicBool,
     /// Writes held so far, and whether to let them fail.
     held: std::sync::Mutex<(u64, bool)>,
     changed: std::sync::Condvar,
 }
 
-impl FlushWritesFail {
+impl FlushFails {
     fn held(&self) -> u64 {
         self.held.lock().unwrap().0
     }
@@ -1680,38 +1664,21 @@ impl FlushWritesFail {
     }
 }
 
-impl strata::storage::Device for FlushWritesFail {
-    fn name(&self) -> &str {
-        self.inner.name()
+fn flush_write(f: &FlushFails, data: &[u8], offset: u64) -> strata::Result<()> {
+    if !f.armed.load(std::sync::atomic::Ordering::SeqCst)
+        || std::thread::current().name() != Some("strata-sda-flush")
+    {
+        return Ok(());
     }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> strata::Result<()> {
-        self.inner.read_at(buf, offset)
+    let mut held = f.held.lock().unwrap();
+    held.0 += 1;
+    while !held.1 {
+        held = f.changed.wait(held).unwrap();
     }
-    fn write_at(&self, data: &[u8], offset: u64) -> strata::Result<()> {
-        if self.armed.load(std::sync::atomic::Ordering::SeqCst)
-            && std::thread::current().name() == Some("strata-sda-flush")
-        {
-            let mut held = self.held.lock().unwrap();
-            held.0 += 1;
-            while !held.1 {
-                held = self.changed.wait(held).unwrap();
-            }
-            return Err(strata::Error::Io {
-                context: format!("write {} bytes at {offset}", data.len()),
-                source: std::io::Error::other("injected IO error"),
-            });
-        }
-        self.inner.write_at(data, offset)
-    }
-    fn sync(&self) -> strata::Result<()> {
-        self.inner.sync()
-    }
-    fn len(&self) -> strata::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> strata::Result<()> {
-        self.inner.set_len(len)
-    }
+    Err(strata::Error::Io {
+        context: format!("write {} bytes at {offset}", data.len()),
+        source: std::io::Error::other("injected IO error"),
+    })
 }
 
 /// `check` settles the SDA first: it installs the flush running on its thread. When that
@@ -1720,11 +1687,15 @@ impl strata::storage::Device for FlushWritesFail {
 /// (and a later checkpoint covering their log records). Reopened, the log has them all.
 #[test]
 fn a_check_that_meets_a_failed_flush_poisons_the_database() {
-    let env = WrapEnv::new(|inner| FlushWritesFail {
+    let env = WrapEnv::new(|inner| Hooked {
         inner,
-        armed: std::sync::atomic::AtomicBool::new(false),
-        held: std::sync::Mutex::new((0, false)),
-        changed: std::sync::Condvar::new(),
+        state: FlushFails {
+            armed: std::sync::atomic::AtomicBool::new(false),
+            held: std::sync::Mutex::new((0, false)),
+            changed: std::sync::Condvar::new(),
+        },
+        on_read: pass,
+        on_write: flush_write,
     });
     let o = VersionedOptions {
         engine: VersionedEngineOptions::Sda(SdaConfig {
@@ -1736,14 +1707,16 @@ fn a_check_that_meets_a_failed_flush_poisons_the_database() {
     };
     let db = VersionedDb::open_in(&env, o.clone()).unwrap();
     let dev = env.data();
-    dev.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    dev.state
+        .armed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     // Changes until the buffer is handed to the flush thread and its write is held; then
     // none, so that no change meets the failure before `check` does. On a thread, so that a
     // writer held by the next buffer's wait for the flush fails the test instead of hanging.
     let n = std::thread::scope(|s| {
         let writer = s.spawn(|| {
             let mut n = 0u32;
-            while dev.held() == 0 && n < 100_000 {
+            while dev.state.held() == 0 && n < 100_000 {
                 db.put_at(ROOT_VERSION, n.to_be_bytes(), [5u8; 40]).unwrap();
                 n += 1;
                 // A buffer takes some 300 changes: the flush thread has that long to come
@@ -1757,13 +1730,13 @@ fn a_check_that_meets_a_failed_flush_poisons_the_database() {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         let stuck = !writer.is_finished();
-        dev.let_fail();
+        dev.state.let_fail();
         let n = writer.join();
         assert!(!stuck, "the writer waited for the held flush");
         n.unwrap()
     });
     assert!(n < 100_000, "no flush began");
-    dev.let_fail();
+    dev.state.let_fail();
     assert!(db.check().is_err(), "the failed flush is reported");
     let got = db.get_at(ROOT_VERSION, 0u32.to_be_bytes());
     assert!(
@@ -1771,7 +1744,9 @@ fn a_check_that_meets_a_failed_flush_poisons_the_database() {
         "a read after it: {got:?}"
     );
     drop(db);
-    dev.armed.store(false, std::sync::atomic::Ordering::SeqCst);
+    dev.state
+        .armed
+        .store(false, std::sync::atomic::Ordering::SeqCst);
     let db = VersionedDb::open_in(&env, o).unwrap();
     for i in 0..n {
         assert!(

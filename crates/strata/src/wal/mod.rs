@@ -861,6 +861,26 @@ mod tests {
         assert!(replay_pair(&a, &b, 105).unwrap().0.is_empty());
     }
 
+    /// The first record a replay of the pair from the start hands to `apply`.
+    fn first_replayed(a: &Arc<SimDevice>, b: &Arc<SimDevice>) -> Option<(Kind, u64)> {
+        let mut first = None;
+        Wal::open([a.clone(), b.clone()], 0, |r| {
+            first.get_or_insert((r.kind, r.seq));
+            Ok(())
+        })
+        .unwrap();
+        first
+    }
+
+    /// A pair of files: record 1 in `a`, then a rotation (`b` starts with marker 1).
+    fn rotated_once() -> (Arc<SimDevice>, Arc<SimDevice>) {
+        let (a, b) = (sim("a"), sim("b"));
+        let (w, _, _) = Wal::open([a.clone(), b.clone()], 0, |_| Ok(())).unwrap();
+        w.append(Kind::Batch, 1, b"one").unwrap();
+        w.rotate(1).unwrap();
+        (a, b)
+    }
+
     #[test]
     fn rotation_keeps_the_older_file_until_its_checkpoint_is_durable() {
         let (a, b) = (sim("a"), sim("b"));
@@ -894,20 +914,10 @@ mod tests {
         // The checkpoint's superblock lost after the release: the marker, newer than the
         // checkpoint, goes to `apply` (the `Db` reports the damaged superblock). Unreleased,
         // the older file's records 1 and 2 would have reached it and hidden it.
-        let mut first = None;
-        Wal::open([a.clone(), b.clone()], 0, |r| {
-            first.get_or_insert((r.kind, r.seq));
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(first, Some((Kind::Checkpoint, 2)));
+        assert_eq!(first_replayed(&a, &b), Some((Kind::Checkpoint, 2)));
         // A file that starts with a batch is older than one that starts with the marker of the
         // checkpoint covering that batch.
-        let (a, b) = (sim("a"), sim("b"));
-        let (w, _, _) = Wal::open([a.clone(), b.clone()], 0, |_| Ok(())).unwrap();
-        w.append(Kind::Batch, 1, b"one").unwrap();
-        w.rotate(1).unwrap();
-        drop(w);
+        let (a, b) = rotated_once();
         for (x, y) in [(&a, &b), (&b, &a)] {
             assert_eq!(seqs(replay_pair(x, y, 0).unwrap().0), vec![1]);
         }
@@ -937,19 +947,9 @@ mod tests {
             "the covered file is released, durably"
         );
         drop(w);
-        let mut first = None;
-        Wal::open([a.clone(), b.clone()], 0, |r| {
-            first.get_or_insert((r.kind, r.seq));
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(first, Some((Kind::Checkpoint, 2)));
+        assert_eq!(first_replayed(&a, &b), Some((Kind::Checkpoint, 2)));
         // A file the checkpoint does not cover stays as it is (`CheckpointFirst`).
-        let (a, b) = (sim("a"), sim("b"));
-        let (w, _, _) = Wal::open([a.clone(), b.clone()], 0, |_| Ok(())).unwrap();
-        w.append(Kind::Batch, 1, b"one").unwrap();
-        w.rotate(1).unwrap();
-        drop(w);
+        let (a, b) = rotated_once();
         let (_, _, reopened) = Wal::open([a.clone(), b.clone()], 0, |_| Ok(())).unwrap();
         assert_eq!(reopened, Reopened::CheckpointFirst);
         assert!(!read::released(&a.durable_contents()));
